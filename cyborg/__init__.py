@@ -1,0 +1,1 @@
+"""cyborg: accelerator management for OpenStack clouds."""

@@ -1,0 +1,1 @@
+"""Accelerator drivers and what they share."""

@@ -1,0 +1,1 @@
+"""The agent: discovers the accelerators of one compute host."""

@@ -1,0 +1,1 @@
+"""pecan controllers of the API, one module per resource."""

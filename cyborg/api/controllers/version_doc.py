@@ -1,0 +1,12 @@
+"""The version document served at / and /v2."""
+from typing import Any
+
+from cyborg.api.controllers import link
+from cyborg.api import versions
+
+
+def version_document(id_: str) -> dict[str, Any]:
+    return {'id': id_, 'status': 'CURRENT',
+            'min_version': versions.as_string(versions.MIN_VERSION),
+            'max_version': versions.as_string(versions.MAX_VERSION),
+            'links': [link.make_link('self', 'v2', '/')]}

@@ -1,0 +1,1 @@
+"""WSGI middleware of the API pipeline."""

@@ -1,0 +1,77 @@
+"""API microversions: the supported range and header negotiation."""
+import dataclasses
+import re
+
+SERVICE_TYPE = 'accelerator'
+HEADER = 'OpenStack-API-Version'
+MIN_HEADER = 'OpenStack-API-Minimum-Version'
+MAX_HEADER = 'OpenStack-API-Maximum-Version'
+
+# The history of every version, oldest first; see
+# doc/source/reference/api-version-history.rst.
+VERSIONS = (
+    (2, 0),  # initial version
+    (2, 1),  # /project_id op in the accelerator request PATCH
+    (2, 2),  # GET /device_profiles/{name}
+    (2, 3),  # status of devices
+)
+MIN_VERSION = VERSIONS[0]
+MAX_VERSION = VERSIONS[-1]
+
+_VERSION_RE = re.compile(r'^(\d+)\.(\d+)$')
+
+
+def as_string(version: tuple[int, int]) -> str:
+    return '%d.%d' % version
+
+
+class InvalidVersion(ValueError):
+    """The header asks for a version this service does not have."""
+
+
+@dataclasses.dataclass(frozen=True)
+class APIVersion:
+    major: int
+    minor: int
+
+    def __str__(self) -> str:
+        return f'{self.major}.{self.minor}'
+
+    def at_least(self, major: int, minor: int) -> bool:
+        return (self.major, self.minor) >= (major, minor)
+
+
+def parse_header(value: str | None) -> APIVersion:
+    """The version a request asks for; 2.0 when it asks for none.
+
+    Accepts ``accelerator X.Y``, ``accelerator latest`` and, as some old
+    clients send it, a bare ``X.Y``. A header naming another service type
+    is ignored (a client may send versions for several services).
+    """
+    if value is None or not value.strip():
+        return APIVersion(*MIN_VERSION)
+    wanted = None
+    for part in value.split(','):
+        words = part.split()
+        if len(words) == 2 and words[0].lower() == SERVICE_TYPE:
+            wanted = words[1]
+        elif len(words) == 1:
+            wanted = words[0]
+    if wanted is None:
+        return APIVersion(*MIN_VERSION)
+    if wanted.lower() == 'latest':
+        return APIVersion(*MAX_VERSION)
+    match = _VERSION_RE.match(wanted)
+    if not match:
+        raise InvalidVersion(
+            f'Invalid value for {HEADER} header: {value!r}. Use '
+            f'"{SERVICE_TYPE} X.Y", for example "{SERVICE_TYPE} '
+            f'{as_string(MAX_VERSION)}".')
+    version = (int(match.group(1)), int(match.group(2)))
+    if not MIN_VERSION <= version <= MAX_VERSION:
+        raise InvalidVersion(
+            f'Version {as_string(version)} was requested but the minor '
+            'version is not supported by this service. The supported '
+            f'version range is: [{as_string(MIN_VERSION)}, '
+            f'{as_string(MAX_VERSION)}].')
+    return APIVersion(*version)

@@ -1,0 +1,30 @@
+"""cyborg-agent: discovers this host's accelerators and reports them."""
+import sys
+
+import cyborg.cmd  # noqa: F401  (native threads first)
+from cyborg.accelerator import drivers
+from cyborg.agent import service as agent_service
+from cyborg.cmd import common
+from cyborg.common import exception
+from cyborg.common import rpc
+from cyborg.common import service
+from cyborg.conf import CONF
+
+
+def main(argv: list[str] | None = None) -> int:
+    common.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        loaded = drivers.load_drivers(CONF)
+    except (exception.DriverNotFound, exception.DriverError) as exc:
+        print(f'cyborg-agent: {exc}', file=sys.stderr)
+        return 2
+    rpc.init(CONF)
+    try:
+        service.run([agent_service.build(CONF, loaded)])
+    finally:
+        rpc.cleanup()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

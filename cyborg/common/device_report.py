@@ -1,0 +1,200 @@
+"""What an agent reports: typed device descriptions and their wire format.
+
+Drivers build :class:`DriverDevice` trees; the agent sends them as plain
+JSON-able dicts; the conductor validates the dicts against ``REPORT_SCHEMA``
+before it reads anything out of them.
+"""
+import dataclasses
+import hashlib
+import json
+from typing import Any
+
+import jsonschema
+
+from cyborg.common import exception
+from cyborg.db import models
+
+
+def canonical_json(value: Any) -> str:
+    """JSON with sorted keys and no spaces: equal values, equal strings."""
+    return json.dumps(value, sort_keys=True, separators=(',', ':'))
+
+
+def pci_address(domain: str, bus: str, device: str, function: str
+                ) -> dict[str, str]:
+    """A PCI address as attach-handle info: lower-case hex strings."""
+    return {'domain': domain.lower(), 'bus': bus.lower(),
+            'device': device.lower(), 'function': function.lower()}
+
+
+@dataclasses.dataclass
+class DriverAttachHandle:
+    attach_type: str
+    attach_info: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {'attach_type': self.attach_type,
+                'attach_info': dict(self.attach_info)}
+
+
+@dataclasses.dataclass
+class DriverDeployable:
+    name: str
+    num_accelerators: int
+    driver_name: str
+    attributes: dict[str, str] = dataclasses.field(default_factory=dict)
+    attach_handles: list[DriverAttachHandle] = dataclasses.field(
+        default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {'name': self.name,
+                'num_accelerators': self.num_accelerators,
+                'driver_name': self.driver_name,
+                'attributes': dict(self.attributes),
+                'attach_handles': [h.to_dict() for h in self.attach_handles]}
+
+
+@dataclasses.dataclass
+class DriverDevice:
+    type: str
+    vendor: str
+    model: str
+    controlpath_id: dict[str, str]
+    std_board_info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    vendor_board_info: dict[str, Any] = dataclasses.field(
+        default_factory=dict)
+    deployables: list[DriverDeployable] = dataclasses.field(
+        default_factory=list)
+    cpid_type: str = 'PCI'
+
+    def to_dict(self) -> dict[str, Any]:
+        return {'type': self.type,
+                'vendor': self.vendor,
+                'model': self.model,
+                'std_board_info': dict(self.std_board_info),
+                'vendor_board_info': dict(self.vendor_board_info),
+                'controlpath_id': {'cpid_type': self.cpid_type,
+                                   'cpid_info': dict(self.controlpath_id)},
+                'deployables': [d.to_dict() for d in self.deployables]}
+
+
+_NAME = {'type': 'string', 'minLength': 1, 'maxLength': 255}
+_STRING_MAP = {'type': 'object',
+               'additionalProperties': {'type': 'string', 'maxLength': 255}}
+
+REPORT_SCHEMA: dict[str, Any] = {
+    'type': 'object',
+    'required': ['hostname', 'devices'],
+    'additionalProperties': False,
+    'properties': {
+        'hostname': _NAME,
+        'devices': {
+            'type': 'array',
+            'items': {
+                'type': 'object',
+                'additionalProperties': False,
+                'required': ['type', 'vendor', 'model', 'controlpath_id',
+                             'deployables'],
+                'properties': {
+                    'type': {'enum': list(models.DEVICE_TYPES)},
+                    'vendor': _NAME,
+                    'model': _NAME,
+                    'std_board_info': {'type': 'object'},
+                    'vendor_board_info': {'type': 'object'},
+                    'controlpath_id': {
+                        'type': 'object',
+                        'additionalProperties': False,
+                        'required': ['cpid_type', 'cpid_info'],
+                        'properties': {
+                            'cpid_type': {'enum': list(models.CPID_TYPES)},
+                            'cpid_info': dict(_STRING_MAP, minProperties=1),
+                        },
+                    },
+                    'deployables': {
+                        'type': 'array',
+                        'items': {
+                            'type': 'object',
+                            'additionalProperties': False,
+                            'required': ['name', 'num_accelerators',
+                                         'driver_name', 'attach_handles'],
+                            'properties': {
+                                'name': _NAME,
+                                'num_accelerators': {'type': 'integer',
+                                                     'minimum': 0},
+                                'driver_name': {'type': 'string',
+                                                'maxLength': 100},
+                                'attributes': _STRING_MAP,
+                                'attach_handles': {
+                                    'type': 'array',
+                                    'items': {
+                                        'type': 'object',
+                                        'additionalProperties': False,
+                                        'required': ['attach_type',
+                                                     'attach_info'],
+                                        'properties': {
+                                            'attach_type': {'enum': list(
+                                                models.ATTACH_TYPES)},
+                                            'attach_info': _STRING_MAP,
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+_VALIDATOR = jsonschema.Draft202012Validator(REPORT_SCHEMA)
+
+
+def validate_report(host: str, report: Any) -> None:
+    """Raise InvalidReport naming the first problem found in ``report``."""
+    error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(report))
+    if error is not None:
+        where = '/'.join(str(p) for p in error.absolute_path) or '(top)'
+        raise exception.InvalidReport(host=host,
+                                      reason=f'{where}: {error.message}')
+    seen_devices: set[str] = set()
+    for device in report['devices']:
+        key = canonical_json(device['controlpath_id'])
+        if key in seen_devices:
+            raise exception.InvalidReport(
+                host=host, reason=f'two devices share control path {key}')
+        seen_devices.add(key)
+        names = [d['name'] for d in device['deployables']]
+        if len(names) != len(set(names)):
+            raise exception.InvalidReport(
+                host=host, reason=f'device {key} repeats a deployable name')
+        for deployable in device['deployables']:
+            infos = [canonical_json(h['attach_info'])
+                     for h in deployable['attach_handles']]
+            if len(infos) != len(set(infos)):
+                raise exception.InvalidReport(
+                    host=host, reason=f'deployable {deployable["name"]} '
+                                      'repeats an attach handle')
+            for info in infos:
+                if len(info) > 255:
+                    raise exception.InvalidReport(
+                        host=host, reason=f'attach info too long: {info}')
+
+
+def report_hash(report: dict[str, Any]) -> str:
+    """A content hash that ignores ordering of devices and their parts."""
+    return hashlib.sha256(canonical_json(_normalized(report)).encode()
+                          ).hexdigest()
+
+
+def _normalized(report: dict[str, Any]) -> dict[str, Any]:
+    devices = []
+    for device in report['devices']:
+        deployables = []
+        for dep in device['deployables']:
+            handles = sorted(dep['attach_handles'], key=canonical_json)
+            deployables.append(dict(dep, attach_handles=handles))
+        deployables.sort(key=lambda d: d['name'])
+        devices.append(dict(device, deployables=deployables))
+    devices.sort(key=lambda d: canonical_json(d['controlpath_id']))
+    return dict(report, devices=devices)

@@ -1,0 +1,1 @@
+"""The conductor: owner of every database write."""

@@ -1,0 +1,18 @@
+"""The global configuration object with every cyborg option group registered."""
+from oslo_config import cfg
+
+from cyborg.conf import agent
+from cyborg.conf import api
+from cyborg.conf import database
+from cyborg.conf import default
+from cyborg.conf import fake_driver
+from cyborg.conf import upgrade_levels
+
+CONF = cfg.CONF
+
+default.register_opts(CONF)
+agent.register_opts(CONF)
+api.register_opts(CONF)
+database.register_opts(CONF)
+fake_driver.register_opts(CONF)
+upgrade_levels.register_opts(CONF)

@@ -1,0 +1,45 @@
+"""Options of the [agent] group: driver selection and the reporting loop."""
+from oslo_config import cfg
+
+agent_group = cfg.OptGroup(
+    'agent',
+    title='Agent options',
+    help='How cyborg-agent discovers devices on its host and reports them '
+         'to the conductor.')
+
+agent_opts = [
+    cfg.ListOpt(
+        'enabled_drivers',
+        default=['fake_driver'],
+        help='Accelerator drivers to load, by their name in the '
+             '"cyborg.accelerator.driver" entry-point namespace. The agent '
+             'refuses to start when a name is unknown.'),
+    cfg.StrOpt(
+        'hostname',
+        help='Name of this host\'s compute node resource provider in '
+             'placement, which is the hypervisor node name Nova sends when '
+             'it binds an accelerator request. Defaults to [DEFAULT] host.'),
+    cfg.IntOpt(
+        'periodic_interval',
+        default=60,
+        min=1,
+        help='Seconds between two discovery passes. A report is sent to the '
+             'conductor only when what the drivers found has changed since '
+             'the last report the conductor accepted.'),
+    cfg.IntOpt(
+        'full_report_interval',
+        default=600,
+        min=0,
+        help='Seconds after which the agent sends its whole inventory again '
+             'even if nothing changed, so that a conductor repairs any drift '
+             'in the database. 0 disables these full reports.'),
+]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    conf.register_group(agent_group)
+    conf.register_opts(agent_opts, group=agent_group)
+
+
+def list_opts() -> dict[cfg.OptGroup, list[cfg.Opt]]:
+    return {agent_group: agent_opts}

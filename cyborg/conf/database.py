@@ -1,0 +1,15 @@
+"""The [database] group: oslo.db's options with cyborg's SQLite default."""
+from oslo_config import cfg
+from oslo_db import options as db_options
+
+_DEFAULT_CONNECTION = 'sqlite:///$state_path/cyborg.sqlite'
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    db_options.set_defaults(conf, connection=_DEFAULT_CONNECTION)
+
+
+def list_opts() -> dict[str, list[cfg.Opt]]:
+    # oslo.db documents its own options under its own namespace; only the
+    # default differs, and set_defaults() carries that into the sample.
+    return {}

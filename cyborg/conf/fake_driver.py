@@ -1,0 +1,33 @@
+"""Options of the [fake_driver] group: the in-tree driver for tests and demos."""
+from oslo_config import cfg
+
+fake_driver_group = cfg.OptGroup(
+    'fake_driver',
+    title='Fake driver options',
+    help='The fake driver reports FPGA-like devices that do not exist. It '
+         'serves the all-in-one service, tests and benchmarks.')
+
+fake_driver_opts = [
+    cfg.IntOpt(
+        'device_count',
+        default=1,
+        min=0,
+        max=4096,
+        help='How many fake devices the driver reports.'),
+    cfg.IntOpt(
+        'accelerators_per_device',
+        default=16,
+        min=1,
+        max=248,
+        help='How many accelerators (and TEST_PCI attach handles) each fake '
+             'device offers.'),
+]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    conf.register_group(fake_driver_group)
+    conf.register_opts(fake_driver_opts, group=fake_driver_group)
+
+
+def list_opts() -> dict[cfg.OptGroup, list[cfg.Opt]]:
+    return {fake_driver_group: fake_driver_opts}

@@ -1,0 +1,24 @@
+"""Entry points for oslo-config-generator: every cyborg option group."""
+from oslo_config import cfg
+
+from cyborg.conf import agent
+from cyborg.conf import api
+from cyborg.conf import database
+from cyborg.conf import default
+from cyborg.conf import fake_driver
+from cyborg.conf import upgrade_levels
+
+_MODULES = (default, agent, api, database, fake_driver, upgrade_levels)
+
+
+def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:
+    """Return (group, options) pairs, the shape the generator expects."""
+    result: list[tuple[str | cfg.OptGroup, list[cfg.Opt]]] = []
+    for module in _MODULES:
+        result.extend(module.list_opts().items())
+    return result
+
+
+def set_defaults() -> None:
+    """Apply cyborg's defaults for library options (oslo.db) to the sample."""
+    database.register_opts(cfg.CONF)

@@ -1,0 +1,23 @@
+"""The request context carried through API, RPC and the database layer."""
+from typing import Any
+
+from oslo_context import context as oslo_context
+from oslo_db.sqlalchemy import enginefacade
+
+
+@enginefacade.transaction_context_provider
+class RequestContext(oslo_context.RequestContext):
+    """A security context that also carries the current DB transaction."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return super().to_dict()
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any],
+                  **kwargs: Any) -> 'RequestContext':
+        return super().from_dict(values, **kwargs)
+
+
+def get_admin_context() -> RequestContext:
+    """A context for the services' own work (not tied to a user)."""
+    return RequestContext(is_admin=True, overwrite=False)

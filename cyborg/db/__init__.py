@@ -1,0 +1,1 @@
+"""Database layer: models, migrations and enginefacade access functions."""

@@ -1,0 +1,210 @@
+"""SQLAlchemy 2 models of every cyborg table.
+
+Alembic migrations under ``cyborg/db/alembic/versions`` create exactly this
+schema; a test compares the two on SQLite, MariaDB and PostgreSQL.
+"""
+import datetime
+
+import sqlalchemy as sa
+from oslo_utils import timeutils
+from sqlalchemy import orm
+
+# States of an accelerator request; every one of them is reachable.
+ARQ_STATES = ('Initial', 'BindStarted', 'Bound', 'Unbound', 'BindFailed',
+              'UnbindFailed', 'Deleting')
+DEVICE_TYPES = ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD', 'PCI')
+DEVICE_STATUSES = ('enabled', 'maintaining')
+ATTACH_TYPES = ('PCI', 'MDEV', 'TEST_PCI')
+CPID_TYPES = ('PCI',)
+SERVICE_BINARIES = ('cyborg-conductor', 'cyborg-agent')
+
+NAMING_CONVENTION = {
+    'ix': 'ix_%(table_name)s_%(column_0_N_name)s',
+    'uq': 'uq_%(table_name)s_%(column_0_N_name)s',
+    'fk': 'fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s',
+    'pk': 'pk_%(table_name)s',
+    'ck': 'ck_%(table_name)s_%(constraint_name)s',
+}
+
+
+def _utcnow() -> datetime.datetime:
+    return timeutils.utcnow()
+
+
+def _enum(values: tuple[str, ...], name: str) -> sa.Enum:
+    # A VARCHAR with a CHECK constraint behaves the same on all three
+    # databases and can gain a value without PostgreSQL's ALTER TYPE.
+    return sa.Enum(*values, name=name, native_enum=False,
+                   create_constraint=True, length=32)
+
+
+class Base(orm.DeclarativeBase):
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+    id: orm.Mapped[int] = orm.mapped_column(sa.Integer, primary_key=True)
+    created_at: orm.Mapped[datetime.datetime] = orm.mapped_column(
+        sa.DateTime, default=_utcnow, nullable=False)
+    updated_at: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
+        sa.DateTime, onupdate=_utcnow, nullable=True)
+
+
+class Service(Base):
+    """A running conductor or agent, kept alive by its heartbeats."""
+
+    __tablename__ = 'services'
+    __table_args__ = (
+        sa.UniqueConstraint('host', 'binary'),
+    )
+
+    host: orm.Mapped[str] = orm.mapped_column(sa.String(255))
+    binary: orm.Mapped[str] = orm.mapped_column(
+        _enum(SERVICE_BINARIES, 'binary'))
+    hostname: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
+    version: orm.Mapped[str] = orm.mapped_column(sa.String(64))
+    last_seen_at: orm.Mapped[datetime.datetime] = orm.mapped_column(
+        sa.DateTime)
+
+
+class Device(Base):
+    """A physical accelerator card (or PCI device) on one host."""
+
+    __tablename__ = 'devices'
+    __table_args__ = (
+        sa.Index(None, 'host'),
+        sa.Index(None, 'hostname'),
+        sa.Index(None, 'type'),
+    )
+
+    uuid: orm.Mapped[str] = orm.mapped_column(sa.String(36), unique=True)
+    type: orm.Mapped[str] = orm.mapped_column(_enum(DEVICE_TYPES, 'type'))
+    vendor: orm.Mapped[str] = orm.mapped_column(sa.String(255))
+    model: orm.Mapped[str] = orm.mapped_column(sa.String(255))
+    std_board_info: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
+    vendor_board_info: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
+    # The agent's RPC name and the placement root provider name differ on
+    # many hosts; both are kept so neither is guessed from the other.
+    host: orm.Mapped[str] = orm.mapped_column(sa.String(255))
+    hostname: orm.Mapped[str] = orm.mapped_column(sa.String(255))
+    status: orm.Mapped[str] = orm.mapped_column(
+        _enum(DEVICE_STATUSES, 'status'), default='enabled')
+
+
+class ControlpathID(Base):
+    """How the host addresses a device (its PCI address)."""
+
+    __tablename__ = 'controlpath_ids'
+    __table_args__ = (
+        sa.UniqueConstraint('device_id'),
+    )
+
+    uuid: orm.Mapped[str] = orm.mapped_column(sa.String(36), unique=True)
+    device_id: orm.Mapped[int] = orm.mapped_column(
+        sa.ForeignKey('devices.id', ondelete='RESTRICT'))
+    cpid_type: orm.Mapped[str] = orm.mapped_column(
+        _enum(CPID_TYPES, 'cpid_type'))
+    cpid_info: orm.Mapped[str] = orm.mapped_column(sa.String(255))
+
+
+class Deployable(Base):
+    """A schedulable part of a device: one resource provider in placement."""
+
+    __tablename__ = 'deployables'
+    __table_args__ = (
+        sa.UniqueConstraint('device_id', 'name'),
+        sa.Index(None, 'parent_id'),
+        sa.Index(None, 'root_id'),
+    )
+
+    uuid: orm.Mapped[str] = orm.mapped_column(sa.String(36), unique=True)
+    parent_id: orm.Mapped[int | None] = orm.mapped_column(
+        sa.ForeignKey('deployables.id', ondelete='RESTRICT'))
+    root_id: orm.Mapped[int | None] = orm.mapped_column(
+        sa.ForeignKey('deployables.id', ondelete='RESTRICT'))
+    name: orm.Mapped[str] = orm.mapped_column(sa.String(255))
+    num_accelerators: orm.Mapped[int] = orm.mapped_column(sa.Integer)
+    device_id: orm.Mapped[int] = orm.mapped_column(
+        sa.ForeignKey('devices.id', ondelete='RESTRICT'))
+    rp_uuid: orm.Mapped[str | None] = orm.mapped_column(
+        sa.String(36), unique=True)
+    driver_name: orm.Mapped[str | None] = orm.mapped_column(sa.String(100))
+    bitstream_id: orm.Mapped[str | None] = orm.mapped_column(sa.String(36))
+
+
+class Attribute(Base):
+    """A key/value fact about a deployable (resource class, traits, ...)."""
+
+    __tablename__ = 'attributes'
+    __table_args__ = (
+        sa.UniqueConstraint('deployable_id', 'key'),
+    )
+
+    uuid: orm.Mapped[str] = orm.mapped_column(sa.String(36), unique=True)
+    deployable_id: orm.Mapped[int] = orm.mapped_column(
+        sa.ForeignKey('deployables.id', ondelete='RESTRICT'))
+    key: orm.Mapped[str] = orm.mapped_column(sa.String(255))
+    value: orm.Mapped[str] = orm.mapped_column(sa.Text)
+
+
+class AttachHandle(Base):
+    """What an instance gets attached: a PCI function or an mdev."""
+
+    __tablename__ = 'attach_handles'
+    __table_args__ = (
+        sa.UniqueConstraint('deployable_id', 'attach_info'),
+        sa.Index(None, 'deployable_id', 'in_use'),
+    )
+
+    uuid: orm.Mapped[str] = orm.mapped_column(sa.String(36), unique=True)
+    deployable_id: orm.Mapped[int] = orm.mapped_column(
+        sa.ForeignKey('deployables.id', ondelete='RESTRICT'))
+    cpid_id: orm.Mapped[int] = orm.mapped_column(
+        sa.ForeignKey('controlpath_ids.id', ondelete='RESTRICT'))
+    in_use: orm.Mapped[bool] = orm.mapped_column(sa.Boolean, default=False)
+    attach_type: orm.Mapped[str] = orm.mapped_column(
+        _enum(ATTACH_TYPES, 'attach_type'))
+    attach_info: orm.Mapped[str] = orm.mapped_column(sa.String(255))
+
+
+class DeviceProfile(Base):
+    """A named list of request groups that flavors refer to."""
+
+    __tablename__ = 'device_profiles'
+
+    uuid: orm.Mapped[str] = orm.mapped_column(sa.String(36), unique=True)
+    name: orm.Mapped[str] = orm.mapped_column(sa.String(255), unique=True)
+    groups: orm.Mapped[str] = orm.mapped_column(sa.Text)
+    description: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
+
+
+class AcceleratorRequest(Base):
+    """An accelerator request (ARQ): one accelerator for one instance.
+
+    The profile's name and group are copied in at creation, so editing or
+    deleting the profile later never changes a live request.
+    """
+
+    __tablename__ = 'accelerator_requests'
+    __table_args__ = (
+        sa.Index(None, 'instance_uuid'),
+        sa.Index(None, 'project_id'),
+        sa.Index(None, 'state'),
+    )
+
+    uuid: orm.Mapped[str] = orm.mapped_column(sa.String(36), unique=True)
+    project_id: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
+    state: orm.Mapped[str] = orm.mapped_column(
+        _enum(ARQ_STATES, 'state'), default='Initial')
+    device_profile_id: orm.Mapped[int | None] = orm.mapped_column(
+        sa.ForeignKey('device_profiles.id', ondelete='SET NULL'))
+    device_profile_name: orm.Mapped[str] = orm.mapped_column(sa.String(255))
+    device_profile_group_id: orm.Mapped[int] = orm.mapped_column(
+        sa.Integer, default=0)
+    device_profile_group: orm.Mapped[str] = orm.mapped_column(sa.Text)
+    hostname: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
+    device_rp_uuid: orm.Mapped[str | None] = orm.mapped_column(
+        sa.String(36))
+    instance_uuid: orm.Mapped[str | None] = orm.mapped_column(sa.String(36))
+    attach_handle_id: orm.Mapped[int | None] = orm.mapped_column(
+        sa.ForeignKey('attach_handles.id', ondelete='RESTRICT'))
+    deployable_id: orm.Mapped[int | None] = orm.mapped_column(
+        sa.ForeignKey('deployables.id', ondelete='RESTRICT'))

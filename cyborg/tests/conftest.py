@@ -1,0 +1,154 @@
+"""Shared fixtures: real databases and the real message broker.
+
+The machine services are MariaDB (127.0.0.1:3306, root), PostgreSQL
+(127.0.0.1:5432, postgres) and RabbitMQ (127.0.0.1:5672, guest/guest); the
+addresses can be changed with CYBORG_TEST_MYSQL_URL, CYBORG_TEST_PG_URL and
+CYBORG_TEST_RABBIT_URL. A service that cannot be reached skips its tests,
+unless CYBORG_TEST_REQUIRE_SERVICES=1 (set by .ci/run), where it fails them.
+"""
+from collections.abc import Iterator
+import os
+import socket
+import urllib.parse
+import uuid
+
+from oslo_config import cfg
+from oslo_db.sqlalchemy import engines
+import pytest
+import sqlalchemy as sa
+
+from cyborg import conf as cyborg_conf  # noqa: F401  (registers options)
+from cyborg.db import api as db_api
+from cyborg.db import migration
+
+MYSQL_URL = os.environ.get('CYBORG_TEST_MYSQL_URL',
+                           'mysql+pymysql://root@127.0.0.1:3306/')
+PG_URL = os.environ.get('CYBORG_TEST_PG_URL',
+                        'postgresql+psycopg2://postgres@127.0.0.1:5432/')
+RABBIT_URL = os.environ.get('CYBORG_TEST_RABBIT_URL',
+                            'rabbit://guest:guest@127.0.0.1:5672/')
+
+BACKENDS = ('sqlite', 'mysql', 'postgresql')
+
+
+def services_required() -> bool:
+    return os.environ.get('CYBORG_TEST_REQUIRE_SERVICES') == '1'
+
+
+def unavailable(what: str, reason: object) -> None:
+    """Skip, or fail when the machine services are required."""
+    message = f'{what} is not reachable: {reason}'
+    if services_required():
+        pytest.fail(message + ' (CYBORG_TEST_REQUIRE_SERVICES=1)',
+                    pytrace=False)
+    pytest.skip(message)
+
+
+def _port_open(url: str, default_port: int) -> bool:
+    parsed = urllib.parse.urlsplit(url)
+    try:
+        with socket.create_connection(
+                (parsed.hostname or '127.0.0.1', parsed.port or default_port),
+                timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+class _ServerDatabase:
+    """A throw-away database on a real server, created and dropped here."""
+
+    def __init__(self, backend: str, server_url: str) -> None:
+        self.backend = backend
+        self.name = f'cyborg_test_{uuid.uuid4().hex[:12]}'
+        admin_db = 'postgres' if backend == 'postgresql' else ''
+        base = sa.engine.make_url(server_url)
+        self.admin = sa.create_engine(base.set(database=admin_db or None),
+                                      isolation_level='AUTOCOMMIT')
+        self.url = base.set(database=self.name).render_as_string(
+            hide_password=False)
+
+    def create(self) -> None:
+        with self.admin.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE {self.name}'))
+
+    def drop(self) -> None:
+        with self.admin.connect() as conn:
+            if self.backend == 'postgresql':
+                conn.execute(sa.text(
+                    'SELECT pg_terminate_backend(pid) FROM pg_stat_activity '
+                    'WHERE datname = :name AND pid <> pg_backend_pid()'),
+                    {'name': self.name})
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS {self.name}'))
+        self.admin.dispose()
+
+
+def empty_database_url(backend: str, tmp_path) -> Iterator[str]:
+    """Yield the URL of a new, empty database on ``backend``."""
+    if backend == 'sqlite':
+        yield f'sqlite:///{tmp_path}/cyborg.sqlite'
+        return
+    server = MYSQL_URL if backend == 'mysql' else PG_URL
+    if not _port_open(server, 3306 if backend == 'mysql' else 5432):
+        unavailable(backend, f'nothing listens at {server}')
+    database = _ServerDatabase(backend, server)
+    try:
+        database.create()
+    except sa.exc.OperationalError as exc:
+        unavailable(backend, exc)
+    try:
+        yield database.url
+    finally:
+        database.drop()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def empty_db_url(backend, tmp_path) -> Iterator[str]:
+    yield from empty_database_url(backend, tmp_path)
+
+
+@pytest.fixture
+def conf() -> Iterator[cfg.ConfigOpts]:
+    """The global CONF, parsed with no files and reset afterwards."""
+    cfg.CONF([], project='cyborg', default_config_files=[])
+    yield cfg.CONF
+    cfg.CONF.reset()
+
+
+@pytest.fixture
+def db_engine(empty_db_url) -> Iterator[sa.engine.Engine]:
+    """A database migrated to head, wired into the enginefacade."""
+    migration.upgrade('head', url=empty_db_url)
+    engine = engines.create_engine(empty_db_url, sqlite_fk=True)
+    undo = db_api.patch_engine(engine)
+    try:
+        yield engine
+    finally:
+        undo()
+        engine.dispose()
+
+
+@pytest.fixture
+def sqlite_engine(tmp_path) -> Iterator[sa.engine.Engine]:
+    """Like db_engine, on SQLite only, for tests about logic not SQL."""
+    url = f'sqlite:///{tmp_path}/cyborg.sqlite'
+    migration.upgrade('head', url=url)
+    engine = engines.create_engine(url, sqlite_fk=True)
+    undo = db_api.patch_engine(engine)
+    try:
+        yield engine
+    finally:
+        undo()
+        engine.dispose()
+
+
+@pytest.fixture
+def rabbit_url() -> str:
+    if not _port_open(RABBIT_URL, 5672):
+        unavailable('RabbitMQ', f'nothing listens at {RABBIT_URL}')
+    return RABBIT_URL

@@ -1,0 +1,81 @@
+"""Version documents and microversion negotiation, through HTTP."""
+import json
+
+import pytest
+import webtest
+
+from cyborg.api import app
+
+
+@pytest.fixture
+def api(conf):
+    return webtest.TestApp(app.setup_app(conf))
+
+
+def _fault(response):
+    assert response.content_type == 'application/json'
+    return json.loads(response.json['error_message'])
+
+
+def test_root_lists_v2_without_a_token(api):
+    body = api.get('/').json
+    assert body['versions'] == [body['default_version']]
+    v2 = body['default_version']
+    assert (v2['id'], v2['status']) == ('v2', 'CURRENT')
+    assert (v2['min_version'], v2['max_version']) == ('2.0', '2.3')
+    assert v2['links'] == [{'rel': 'self', 'href': 'http://localhost/v2/'}]
+
+
+@pytest.mark.parametrize('path', ['/v2', '/v2/'])
+def test_v2_document_and_headers(api, path):
+    response = api.get(path)
+    assert response.json['id'] == 'v2.0'
+    assert response.json['links'][0]['href'] == 'http://localhost/v2/'
+    assert response.headers['OpenStack-API-Version'] == 'accelerator 2.0'
+    assert response.headers['OpenStack-API-Minimum-Version'] == '2.0'
+    assert response.headers['OpenStack-API-Maximum-Version'] == '2.3'
+    assert 'OpenStack-API-Version' in response.headers['Vary']
+
+
+@pytest.mark.parametrize('header, expected', [
+    ('accelerator 2.2', 'accelerator 2.2'),
+    ('accelerator latest', 'accelerator 2.3'),
+    ('2.1', 'accelerator 2.1'),
+    ('compute 2.90', 'accelerator 2.0'),
+    ('compute 2.90, accelerator 2.3', 'accelerator 2.3'),
+])
+def test_microversion_negotiation(api, header, expected):
+    response = api.get('/v2', headers={'OpenStack-API-Version': header})
+    assert response.headers['OpenStack-API-Version'] == expected
+
+
+@pytest.mark.parametrize('header, message', [
+    ('accelerator 2.9', 'The supported version range is: [2.0, 2.3]'),
+    ('accelerator 1.0', 'Version 1.0 was requested'),
+    ('accelerator 10', 'Invalid value for OpenStack-API-Version'),
+])
+def test_unsupported_versions_get_406(api, header, message):
+    response = api.get('/v2', headers={'OpenStack-API-Version': header},
+                       status=406)
+    fault = _fault(response)
+    assert message in fault['faultstring']
+    assert fault['faultcode'] == 'Client'
+
+
+def test_public_endpoint_sets_links(api, conf):
+    conf.set_override('public_endpoint', 'https://cloud.example/accelerator/',
+                      'api')
+    body = api.get('/').json
+    assert body['versions'][0]['links'][0]['href'] == (
+        'https://cloud.example/accelerator/v2/')
+
+
+def test_unknown_path_is_a_json_404(api):
+    fault = _fault(api.get('/v2/no_such_thing', status=404))
+    assert 'could not be found' in fault['faultstring']
+
+
+def test_links_follow_the_mount_point(api):
+    response = api.get('/v2', extra_environ={'SCRIPT_NAME': '/accelerator'})
+    assert response.json['links'][0]['href'] == (
+        'http://localhost/accelerator/v2/')

@@ -1,0 +1,127 @@
+"""The real cyborg-conductor and cyborg-agent processes over RabbitMQ."""
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from cyborg import context as cyborg_context
+from cyborg.db.api import inventory
+from cyborg.db.api import services
+
+
+def _write_conf(path, **sections):
+    lines = []
+    for section, values in sections.items():
+        lines.append(f'[{section}]')
+        lines.extend(f'{k} = {v}' for k, v in values.items())
+    path.write_text('\n'.join(lines) + '\n')
+    return str(path)
+
+
+def _start(module, conf_file, log_path):
+    log = open(log_path, 'w')
+    return subprocess.Popen(
+        [sys.executable, '-m', module, '--config-file', conf_file],
+        stdout=log, stderr=subprocess.STDOUT,
+        env=dict(os.environ, PYTHONUNBUFFERED='1'))
+
+
+def _wait(predicate, timeout=60, what='condition'):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f'timed out waiting for {what}')
+
+
+def _stop(proc):
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+
+
+@pytest.mark.parametrize('backend', ['mysql'], indirect=True)
+def test_conductor_and_agent_processes(tmp_path, rabbit_url, db_engine,
+                                       empty_db_url):
+    exchange = f'cyborg-test-{uuid.uuid4().hex[:8]}'
+    common = {'transport_url': rabbit_url, 'control_exchange': exchange,
+              'heartbeat_interval': 1}
+    conductor_conf = _write_conf(
+        tmp_path / 'conductor.conf',
+        DEFAULT=dict(common, host='ctl1'),
+        database={'connection': empty_db_url})
+    agent_conf = _write_conf(
+        tmp_path / 'agent.conf',
+        DEFAULT=dict(common, host='cmp1'),
+        agent={'hostname': 'cmp1.example', 'periodic_interval': 1},
+        fake_driver={'device_count': 3})
+    procs = [_start('cyborg.cmd.conductor', conductor_conf,
+                    tmp_path / 'conductor.log'),
+             _start('cyborg.cmd.agent', agent_conf, tmp_path / 'agent.log')]
+    ctx = cyborg_context.get_admin_context()
+    try:
+        devices = _wait(lambda: inventory.get_host_devices(ctx, 'cmp1'),
+                        what='devices from the agent')
+        assert len(devices) == 3
+        assert {d['hostname'] for d in devices} == {'cmp1.example'}
+        alive = _wait(
+            lambda: {(s['binary'], s['host']) for s in services.get_all(ctx)
+                     if s['alive']} >= {('cyborg-agent', 'cmp1'),
+                                        ('cyborg-conductor', 'ctl1')},
+            what='both services to heartbeat')
+        assert alive
+    finally:
+        codes = [_stop(p) for p in procs]
+    logs = {p: (tmp_path / p).read_text()
+            for p in ('conductor.log', 'agent.log')}
+    assert codes == [0, 0], logs
+    assert 'Traceback' not in logs['conductor.log'], logs['conductor.log']
+    assert 'Traceback' not in logs['agent.log'], logs['agent.log']
+
+    # A restarted agent finds the same devices: nothing is duplicated.
+    agent = _start('cyborg.cmd.agent', agent_conf, tmp_path / 'agent2.log')
+    conductor = _start('cyborg.cmd.conductor', conductor_conf,
+                       tmp_path / 'conductor2.log')
+    try:
+        time.sleep(3)
+        after = inventory.get_host_devices(ctx, 'cmp1')
+    finally:
+        _stop(agent)
+        _stop(conductor)
+    assert [d['uuid'] for d in after] == [d['uuid'] for d in devices]
+
+
+def test_unknown_driver_stops_the_agent(tmp_path):
+    conf_file = _write_conf(
+        tmp_path / 'agent.conf',
+        DEFAULT={'transport_url': 'rabbit://guest:guest@127.0.0.1:1/'},
+        agent={'enabled_drivers': 'fake_driver,no_such_driver'})
+    proc = subprocess.run(
+        [sys.executable, '-m', 'cyborg.cmd.agent', '--config-file',
+         conf_file], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert 'no_such_driver' in proc.stderr
+    assert 'Available drivers: fake_driver' in proc.stderr
+    assert 'Traceback' not in proc.stderr
+
+
+def test_aio_reports_fake_devices_once(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, '-m', 'cyborg.cmd.aio', '--state-dir',
+         str(tmp_path / 'state'), '--devices', '3', '--once'],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert 'Discovered 3 device(s) on aio-host' in proc.stdout
+    assert proc.stdout.count('deployable aio-host_') == 3
+    assert (tmp_path / 'state' / 'cyborg.sqlite').exists()

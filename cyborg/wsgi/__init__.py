@@ -1,0 +1,1 @@
+"""WSGI entry points for running cyborg under a WSGI server."""
