@@ -1,14 +1,14 @@
 """Server side of the agent RPC API, and the agent's periodic work."""
 import logging
 
-from oslo_config import cfg
 import oslo_messaging as messaging
+from oslo_config import cfg
 
+from cyborg import context as cyborg_context
+from cyborg import version
 from cyborg.agent import resource_tracker
 from cyborg.common import exception
 from cyborg.conductor import rpcapi as conductor_rpcapi
-from cyborg import context as cyborg_context
-from cyborg import version
 
 LOG = logging.getLogger(__name__)
 

@@ -1,17 +1,17 @@
 """Discovery passes and the decision to report them to the conductor."""
-from collections.abc import Callable
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from oslo_config import cfg
 
+from cyborg import context as cyborg_context
 from cyborg.accelerator.drivers.base import AcceleratorDriver
 from cyborg.common import device_report
 from cyborg.common import exception
 from cyborg.conductor import rpcapi as conductor_rpcapi
-from cyborg import context as cyborg_context
 
 LOG = logging.getLogger(__name__)
 

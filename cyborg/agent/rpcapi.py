@@ -1,9 +1,9 @@
 """Client side of the agent RPC API."""
-from oslo_config import cfg
 import oslo_messaging as messaging
+from oslo_config import cfg
 
-from cyborg.common import rpc
 from cyborg import context as cyborg_context
+from cyborg.common import rpc
 
 
 class AgentAPI:
@@ -28,5 +28,7 @@ class AgentAPI:
 
         Returns what the conductor changed, as ``ConductorAPI.report_data``.
         """
-        cctxt = self.client.prepare(server=host, version='1.0')
+        cctxt = self.client.prepare(
+            server=host, version='1.0',
+            transport_options=messaging.TransportOptions(at_least_once=True))
         return cctxt.call(context, 'discover')

@@ -2,10 +2,10 @@
 from collections.abc import Callable
 from typing import Any
 
+import pecan
 from oslo_config import cfg
 from oslo_middleware import http_proxy_to_wsgi
 from oslo_middleware import request_id
-import pecan
 
 from cyborg.api import hooks
 from cyborg.api.middleware import parsable_error

@@ -11,16 +11,16 @@ import threading
 import time
 
 import cyborg.cmd  # noqa: F401  (native threads first)
+from cyborg import context as cyborg_context
 from cyborg.agent import service as agent_service
 from cyborg.cmd import common
 from cyborg.common import rpc
 from cyborg.conductor import service as conductor_service
 from cyborg.conf import CONF
-from cyborg import context as cyborg_context
 from cyborg.db import api as db_api
+from cyborg.db import migration
 from cyborg.db.api import inventory
 from cyborg.db.api import services
-from cyborg.db import migration
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -2,9 +2,9 @@
 from oslo_config import cfg
 from oslo_log import log
 
-from cyborg.common import rpc
 from cyborg import conf as cyborg_conf
 from cyborg import version
+from cyborg.common import rpc
 
 
 def parse_args(argv: list[str], conf: cfg.ConfigOpts = cyborg_conf.CONF,

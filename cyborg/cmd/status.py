@@ -6,12 +6,12 @@ from oslo_upgradecheck import common_checks
 from oslo_upgradecheck import upgradecheck
 
 import cyborg.cmd  # noqa: F401  (native threads first)
+from cyborg import context as cyborg_context
 from cyborg.common import exception
 from cyborg.conf import CONF
-from cyborg import context as cyborg_context
 from cyborg.db import api as db_api
-from cyborg.db.api import services
 from cyborg.db import migration
+from cyborg.db.api import services
 
 Code = upgradecheck.Code
 Result = upgradecheck.Result

@@ -1,8 +1,8 @@
 """oslo.messaging plumbing: one transport per process, clients and servers."""
 from typing import Any
 
-from oslo_config import cfg
 import oslo_messaging as messaging
+from oslo_config import cfg
 from oslo_serialization import jsonutils
 
 from cyborg import context as cyborg_context

@@ -1,8 +1,8 @@
 """Running a service: an RPC server plus periodic tasks on native threads."""
-from collections.abc import Callable
 import logging
 import signal
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import oslo_messaging as messaging

@@ -2,12 +2,12 @@
 import logging
 from typing import Any
 
-from oslo_config import cfg
 import oslo_messaging as messaging
+from oslo_config import cfg
 
+from cyborg import context as cyborg_context
 from cyborg.common import device_report
 from cyborg.common import exception
-from cyborg import context as cyborg_context
 from cyborg.db.api import inventory
 from cyborg.db.api import services
 

@@ -1,11 +1,11 @@
 """Client side of the conductor RPC API."""
 from typing import Any
 
-from oslo_config import cfg
 import oslo_messaging as messaging
+from oslo_config import cfg
 
-from cyborg.common import rpc
 from cyborg import context as cyborg_context
+from cyborg.common import rpc
 
 
 class ConductorAPI:
@@ -31,7 +31,11 @@ class ConductorAPI:
 
         Returns what changed (see ``ReportResult.to_dict``).
         """
-        cctxt = self.client.prepare(version='1.0')
+        # at_least_once: when no conductor has its queue bound yet the call
+        # fails at once instead of waiting for the RPC timeout.
+        cctxt = self.client.prepare(
+            version='1.0',
+            transport_options=messaging.TransportOptions(at_least_once=True))
         return cctxt.call(context, 'report_data', host=host, report=report)
 
     def service_heartbeat(self, context: cyborg_context.RequestContext,

@@ -1,12 +1,12 @@
 """Assembling a conductor: RPC endpoints and its own heartbeat."""
 from oslo_config import cfg
 
+from cyborg import context as cyborg_context
+from cyborg import version
 from cyborg.common import rpc
 from cyborg.common import service
 from cyborg.conductor import manager
-from cyborg import context as cyborg_context
 from cyborg.db.api import services
-from cyborg import version
 
 
 def build(conf: cfg.ConfigOpts) -> service.Service:

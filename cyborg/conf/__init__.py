@@ -1,4 +1,4 @@
-"""The global configuration object with every cyborg option group registered."""
+"""The global configuration object, with every cyborg group registered."""
 from oslo_config import cfg
 
 from cyborg.conf import agent

@@ -7,6 +7,9 @@ _DEFAULT_CONNECTION = 'sqlite:///$state_path/cyborg.sqlite'
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
     db_options.set_defaults(conf, connection=_DEFAULT_CONNECTION)
+    # Also on the option objects, which is what the sample generator reads.
+    cfg.set_defaults(db_options.database_opts,
+                     connection=_DEFAULT_CONNECTION)
 
 
 def list_opts() -> dict[str, list[cfg.Opt]]:

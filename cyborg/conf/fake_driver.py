@@ -1,4 +1,4 @@
-"""Options of the [fake_driver] group: the in-tree driver for tests and demos."""
+"""Options of the [fake_driver] group: the in-tree driver for demos."""
 from oslo_config import cfg
 
 fake_driver_group = cfg.OptGroup(

@@ -1,6 +1,7 @@
 """Entry points for oslo-config-generator: every cyborg option group."""
 from oslo_config import cfg
 
+from cyborg.common import rpc
 from cyborg.conf import agent
 from cyborg.conf import api
 from cyborg.conf import database
@@ -20,5 +21,6 @@ def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:
 
 
 def set_defaults() -> None:
-    """Apply cyborg's defaults for library options (oslo.db) to the sample."""
+    """Apply cyborg's defaults for library options to the sample."""
     database.register_opts(cfg.CONF)
+    rpc.set_defaults()

@@ -1,4 +1,4 @@
-"""Options of the [upgrade_levels] group: RPC version caps for rolling upgrades."""
+"""Options of the [upgrade_levels] group: RPC caps for rolling upgrades."""
 from oslo_config import cfg
 
 upgrade_group = cfg.OptGroup(

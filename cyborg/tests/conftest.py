@@ -6,17 +6,18 @@ addresses can be changed with CYBORG_TEST_MYSQL_URL, CYBORG_TEST_PG_URL and
 CYBORG_TEST_RABBIT_URL. A service that cannot be reached skips its tests,
 unless CYBORG_TEST_REQUIRE_SERVICES=1 (set by .ci/run), where it fails them.
 """
-from collections.abc import Iterator
 import os
 import socket
 import urllib.parse
 import uuid
+from collections.abc import Iterator
 
-from oslo_config import cfg
-from oslo_db.sqlalchemy import engines
 import pytest
 import sqlalchemy as sa
+from oslo_config import cfg
+from oslo_db.sqlalchemy import engines
 
+import cyborg.cmd  # noqa: F401  (native threads, before oslo.service loads)
 from cyborg import conf as cyborg_conf  # noqa: F401  (registers options)
 from cyborg.db import api as db_api
 from cyborg.db import migration

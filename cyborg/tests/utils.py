@@ -1,6 +1,6 @@
 """Helpers shared by tests."""
-from collections.abc import Iterator
 import contextlib
+from collections.abc import Iterator
 
 import sqlalchemy as sa
 

@@ -1,6 +1,6 @@
 """Loading the drivers named in ``[agent] enabled_drivers`` with stevedore."""
-from oslo_config import cfg
 import stevedore
+from oslo_config import cfg
 
 from cyborg.accelerator.drivers.base import AcceleratorDriver
 from cyborg.common import exception

@@ -1,8 +1,8 @@
 """The version document served at / and /v2."""
 from typing import Any
 
-from cyborg.api.controllers import link
 from cyborg.api import versions
+from cyborg.api.controllers import link
 
 
 def version_document(id_: str) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """Turns every error response into the JSON error body clients parse."""
-from collections.abc import Callable, Iterable
 import html
 import json
 import re
+from collections.abc import Callable
+from collections.abc import Iterable
 from typing import Any
 
 from cyborg.api import errors

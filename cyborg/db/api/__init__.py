@@ -7,9 +7,10 @@ session on ``context.session``.
 """
 from typing import Any
 
+import sqlalchemy as sa
 from oslo_config import cfg
 from oslo_db.sqlalchemy import enginefacade
-import sqlalchemy as sa
+from oslo_db.sqlalchemy import orm
 
 main_context_manager = enginefacade.transaction_context()
 reader = main_context_manager.reader
@@ -20,6 +21,32 @@ _ENGINE_OPTIONS = ('connection', 'slave_connection', 'sqlite_synchronous',
                    'max_overflow', 'pool_timeout', 'max_retries',
                    'retry_interval', 'mysql_sql_mode',
                    'connection_debug', 'connection_trace')
+
+
+def _serialize_sqlite_writers(engine: sa.engine.Engine) -> None:
+    """Make SQLite transactions take the write lock when they begin.
+
+    SQLite refuses (instead of waiting) a transaction that read and then
+    wants to write while another connection writes; beginning with BEGIN
+    IMMEDIATE makes the second transaction wait its turn instead. Only the
+    embedded (all-in-one) database is affected.
+    """
+    if engine.dialect.name != 'sqlite':
+        return
+
+    @sa.event.listens_for(engine, 'connect')
+    def _no_implicit_begin(dbapi_connection, record):
+        dbapi_connection.isolation_level = None
+
+    @sa.event.listens_for(engine, 'begin')
+    def _begin_immediate(connection):
+        # Connections opened before these listeners (oslo.db checks the
+        # database when it creates the engine) still begin implicitly.
+        connection.connection.dbapi_connection.isolation_level = None
+        connection.exec_driver_sql('BEGIN IMMEDIATE')
+
+
+main_context_manager.append_on_engine_create(_serialize_sqlite_writers)
 
 
 def configure(conf: cfg.ConfigOpts) -> None:
@@ -40,4 +67,11 @@ def patch_engine(engine: sa.engine.Engine) -> Any:
 
     For tests and the all-in-one service, which manage their own engine.
     """
-    return main_context_manager.patch_engine(engine)
+    # Unlike the facade's own patch_engine() this never starts the
+    # configured factory, so no engine is made for [database] connection.
+    _serialize_sqlite_writers(engine)
+    maker = orm.get_maker(engine=engine, expire_on_commit=False)
+    factory = enginefacade._TestTransactionFactory(
+        engine, maker, apply_global=False,
+        from_factory=main_context_manager._factory)
+    return main_context_manager.patch_factory(factory)

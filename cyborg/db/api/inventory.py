@@ -12,16 +12,16 @@ import collections
 import dataclasses
 import json
 import logging
-from typing import Any
 import uuid
+from typing import Any
 
 import sqlalchemy as sa
 
-from cyborg.common.device_report import canonical_json
 from cyborg import context as cyborg_context
+from cyborg.common.device_report import canonical_json
+from cyborg.db import models
 from cyborg.db.api import reader
 from cyborg.db.api import writer
-from cyborg.db import models
 
 LOG = logging.getLogger(__name__)
 

@@ -2,14 +2,14 @@
 import datetime
 from typing import Any
 
+import sqlalchemy as sa
 from oslo_db import exception as db_exc
 from oslo_utils import timeutils
-import sqlalchemy as sa
 
 from cyborg import context as cyborg_context
+from cyborg.db import models
 from cyborg.db.api import reader
 from cyborg.db.api import writer
-from cyborg.db import models
 
 
 @writer

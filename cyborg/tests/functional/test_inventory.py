@@ -3,10 +3,10 @@ import copy
 
 import sqlalchemy as sa
 
-from cyborg.accelerator.drivers import fake
 from cyborg import context as cyborg_context
-from cyborg.db.api import inventory
+from cyborg.accelerator.drivers import fake
 from cyborg.db import models
+from cyborg.db.api import inventory
 from cyborg.tests.utils import count_writes
 
 

@@ -66,11 +66,15 @@ def test_conductor_and_agent_processes(tmp_path, rabbit_url, db_engine,
         DEFAULT=dict(common, host='cmp1'),
         agent={'hostname': 'cmp1.example', 'periodic_interval': 1},
         fake_driver={'device_count': 3})
-    procs = [_start('cyborg.cmd.conductor', conductor_conf,
-                    tmp_path / 'conductor.log'),
-             _start('cyborg.cmd.agent', agent_conf, tmp_path / 'agent.log')]
     ctx = cyborg_context.get_admin_context()
+    procs = [_start('cyborg.cmd.conductor', conductor_conf,
+                    tmp_path / 'conductor.log')]
     try:
+        # The agent's first report needs a conductor listening.
+        _wait(lambda: services.get_all(ctx, 'cyborg-conductor'),
+              what='the conductor to register')
+        procs.append(_start('cyborg.cmd.agent', agent_conf,
+                            tmp_path / 'agent.log'))
         devices = _wait(lambda: inventory.get_host_devices(ctx, 'cmp1'),
                         what='devices from the agent')
         assert len(devices) == 3

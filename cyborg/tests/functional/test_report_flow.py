@@ -4,6 +4,7 @@ import uuid
 
 import pytest
 
+from cyborg import context as cyborg_context
 from cyborg.accelerator.drivers import fake
 from cyborg.agent import manager as agent_manager
 from cyborg.agent import resource_tracker
@@ -13,7 +14,6 @@ from cyborg.common import rpc
 from cyborg.common import service
 from cyborg.conductor import manager as conductor_manager
 from cyborg.conductor import rpcapi as conductor_rpcapi
-from cyborg import context as cyborg_context
 from cyborg.db.api import inventory
 from cyborg.tests.utils import count_writes
 

@@ -4,8 +4,8 @@ import datetime
 import sqlalchemy as sa
 
 from cyborg import context as cyborg_context
-from cyborg.db.api import services
 from cyborg.db import models
+from cyborg.db.api import services
 
 
 def test_heartbeat_registers_then_refreshes(db_engine):

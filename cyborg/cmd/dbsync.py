@@ -1,0 +1,135 @@
+"""cyborg-dbsync: creates and upgrades cyborg's database schema."""
+import argparse
+import sys
+from collections.abc import Callable
+
+from alembic import util as alembic_util
+from oslo_config import cfg
+from oslo_log import log
+
+import cyborg.cmd  # noqa: F401  (native threads first)
+from cyborg import version as cyborg_version
+from cyborg.common import exception
+from cyborg.conf import CONF
+from cyborg.db import migration
+
+PROG = 'cyborg-dbsync'
+
+_DESCRIPTION = (
+    "Creates and upgrades the schema of cyborg's database: the one named by "
+    "[database] connection in the configuration files (by default an SQLite "
+    "file under [DEFAULT] state_path). Run 'upgrade' after installing or "
+    "upgrading cyborg, before starting its services.")
+
+
+def _do_upgrade() -> None:
+    migration.upgrade(_revision_given() or 'head')
+
+
+def _do_stamp() -> None:
+    migration.stamp(_revision_given())
+
+
+def _do_version() -> None:
+    print(migration.version())
+
+
+def _do_revision() -> None:
+    migration.revision(CONF.command.message,
+                       autogenerate=CONF.command.autogenerate)
+
+
+def _revision_given() -> str | None:
+    return CONF.command.revision_arg or CONF.command.revision
+
+
+def _add_revision_args(parser: argparse.ArgumentParser, what: str,
+                       required: bool) -> None:
+    # As an argument or as an option, whichever the operator remembers.
+    group = parser.add_mutually_exclusive_group(required=required)
+    help_text = (f'the revision {what}: a revision id such as '
+                 f'{migration.head()}, or "head" for the newest one')
+    if not required:
+        help_text += ' (default: head)'
+    group.add_argument('revision_arg', nargs='?', metavar='REVISION',
+                       help=help_text)
+    group.add_argument('--revision', help='the same, as an option')
+
+
+def _add_command(subparsers: argparse._SubParsersAction, name: str,
+                 func: Callable[[], None], help_text: str
+                 ) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(name, help=help_text,
+                                   description=help_text)
+    parser.set_defaults(func=func)
+    return parser
+
+
+def _add_commands(subparsers: argparse._SubParsersAction) -> None:
+    parser = _add_command(
+        subparsers, 'upgrade', _do_upgrade,
+        'Run the migrations that the database has not had yet, up to a '
+        'revision (the newest by default). Running it again does nothing.')
+    _add_revision_args(parser, 'to upgrade to', required=False)
+
+    _add_command(
+        subparsers, 'version', _do_version,
+        'Print the revision the database is at, or "None" when it has no '
+        'cyborg schema yet.')
+
+    parser = _add_command(
+        subparsers, 'stamp', _do_stamp,
+        'Record a revision as the one the database is at, without running '
+        'any migration: for a database whose schema was made by other '
+        'means.')
+    _add_revision_args(parser, 'to record', required=True)
+
+    parser = _add_command(
+        subparsers, 'revision', _do_revision,
+        'For cyborg developers: write a new migration script under '
+        'cyborg/db/alembic/versions.')
+    parser.add_argument('-m', '--message', required=True,
+                        help='what the migration does, in a few words; '
+                             'it also names the file')
+    parser.add_argument('--autogenerate', action='store_true',
+                        help='fill the script with the difference between '
+                             'cyborg.db.models and the database, which '
+                             'must be at the newest revision')
+
+
+_command_opt = cfg.SubCommandOpt(
+    'command', title='commands', handler=_add_commands,
+    help=f'run "{PROG} COMMAND --help" for the options of a command')
+
+
+def _fail(message: object) -> int:
+    """Print one line to stderr; an operator needs no traceback here."""
+    print(f'{PROG}:', *str(message).split(), file=sys.stderr)
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one sub-command; return the process exit status."""
+    CONF.register_cli_opt(_command_opt)
+    log.register_options(CONF)
+    # stdout carries the answer of "version"; logs go to stderr.
+    CONF.set_default('use_stderr', True)
+    try:
+        CONF(sys.argv[1:] if argv is None else argv, project='cyborg',
+             prog=PROG, version=cyborg_version.version_string(),
+             description=_DESCRIPTION)
+    except cfg.Error as exc:  # a missing or malformed configuration file
+        return _fail(exc)
+    log.setup(CONF, 'cyborg')
+    try:
+        CONF.command.func()
+    except exception.DBNotReachable as exc:
+        return _fail(f"cannot reach the database at {exc.kwargs['url']}: "
+                     f"{exc.kwargs['reason']}")
+    except alembic_util.CommandError as exc:  # e.g. an unknown revision
+        return _fail(exc)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

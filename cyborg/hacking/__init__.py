@@ -1,0 +1,1 @@
+"""Project-specific flake8 checks, run by ``tox -e pep8``."""

@@ -1,0 +1,1 @@
+"""Functional tests of the database layer against real databases."""
