@@ -1,5 +1,4 @@
 """The real cyborg-dbsync command, run as a separate process."""
-import os
 import subprocess
 import sys
 
@@ -16,15 +15,10 @@ def _dbsync(tmp_path, *args: str,
     conf = tmp_path / 'cyborg.conf'
     conf.write_text(f'[DEFAULT]\nstate_path = {tmp_path}\n'
                     f'[database]\nconnection = {connection}\n')
-    # Importing cyborg.cmd loads oslo.service's threading backend, whose
-    # futurist dependency probes for eventlet; eventlet then warns on
-    # stderr that it is deprecated. That comes before cyborg-dbsync's own
-    # code runs and is not what these tests are about.
-    env = dict(os.environ, PYTHONWARNINGS='ignore::Warning:futurist._utils')
     return subprocess.run(
         [sys.executable, '-m', 'cyborg.cmd.dbsync', '--config-file',
          str(conf), *args],
-        capture_output=True, text=True, timeout=120, env=env)
+        capture_output=True, text=True, timeout=120)
 
 
 def test_upgrade_then_version_prints_head(tmp_path):
