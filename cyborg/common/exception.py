@@ -44,6 +44,11 @@ class Conflict(CyborgException):
     code = 409
 
 
+class ReportConflict(Conflict):
+    msg_fmt = ('The device report from host %(host)s conflicts with what '
+               'another host reported: %(reason)s')
+
+
 class DriverNotFound(CyborgException):
     msg_fmt = ('Unknown accelerator driver(s) in [agent] enabled_drivers: '
                '%(names)s. Available drivers: %(available)s.')

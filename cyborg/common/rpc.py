@@ -79,5 +79,5 @@ def get_client(target: messaging.Target,
 def get_server(target: messaging.Target,
                endpoints: list[Any]) -> messaging.MessageHandlingServer:
     return messaging.get_rpc_server(
-        _transport(), target, endpoints, executor='threading',
+        _transport(), target, endpoints,
         serializer=RequestContextSerializer())

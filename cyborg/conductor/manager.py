@@ -4,6 +4,7 @@ from typing import Any
 
 import oslo_messaging as messaging
 from oslo_config import cfg
+from oslo_db import exception as db_exc
 
 from cyborg import context as cyborg_context
 from cyborg.common import device_report
@@ -22,7 +23,8 @@ class ConductorManager:
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         self.conf = conf
 
-    @messaging.expected_exceptions(exception.InvalidReport)
+    @messaging.expected_exceptions(exception.InvalidReport,
+                                   exception.ReportConflict)
     def report_data(self, context: cyborg_context.RequestContext,
                     host: str, report: Any) -> dict[str, int]:
         if not isinstance(host, str) or not host:
@@ -33,7 +35,20 @@ class ConductorManager:
         except exception.InvalidReport as exc:
             LOG.error('Rejected a device report: %s', exc)
             raise
-        result = inventory.apply_report(context, host, report)
+        try:
+            result = inventory.apply_report(context, host, report)
+        except db_exc.DBDuplicateEntry as exc:
+            # Resource-provider uuids derive from the placement node name,
+            # so two agents configured with one node name collide here.
+            conflict = exception.ReportConflict(
+                host=host,
+                reason=f'a device with the same address is already '
+                       f'reported for node {report["hostname"]!r} '
+                       f'({", ".join(exc.columns or [])} must be unique). '
+                       'Give each agent its own [agent] hostname, the '
+                       'hypervisor node name of its host.')
+            LOG.error('Rejected a device report: %s', conflict)
+            raise conflict from None
         if result.writes:
             LOG.info('Host %s: %d device(s) added, %d updated, %d removed'
                      '%s.', host, result.devices_added,

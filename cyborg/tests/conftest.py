@@ -8,6 +8,7 @@ unless CYBORG_TEST_REQUIRE_SERVICES=1 (set by .ci/run), where it fails them.
 """
 import os
 import socket
+import subprocess
 import urllib.parse
 import uuid
 from collections.abc import Iterator
@@ -148,8 +149,32 @@ def sqlite_engine(tmp_path) -> Iterator[sa.engine.Engine]:
         engine.dispose()
 
 
+def _rabbitmqctl(*args: str) -> None:
+    subprocess.run(['rabbitmqctl', *args], capture_output=True, check=True,
+                   timeout=60)
+
+
 @pytest.fixture
-def rabbit_url() -> str:
+def rabbit_url() -> Iterator[str]:
+    """A transport URL on a virtual host of its own.
+
+    Queue names do not depend on the exchange, so tests running side by
+    side (pytest-xdist) on one virtual host would consume each other's
+    messages. Without rabbitmqctl (a remote broker) the URL is used as
+    given.
+    """
     if not _port_open(RABBIT_URL, 5672):
         unavailable('RabbitMQ', f'nothing listens at {RABBIT_URL}')
-    return RABBIT_URL
+    parsed = urllib.parse.urlsplit(RABBIT_URL)
+    vhost = f'cyborg-test-{uuid.uuid4().hex[:12]}'
+    try:
+        _rabbitmqctl('add_vhost', vhost)
+    except (OSError, subprocess.SubprocessError):
+        yield RABBIT_URL
+        return
+    try:
+        _rabbitmqctl('set_permissions', '-p', vhost,
+                     parsed.username or 'guest', '.*', '.*', '.*')
+        yield urllib.parse.urlunsplit(parsed._replace(path=f'/{vhost}'))
+    finally:
+        _rabbitmqctl('delete_vhost', vhost)

@@ -27,10 +27,10 @@ from cyborg.db import migration
 from cyborg.db.api import inventory
 
 
-def _report(conf: cfg.ConfigOpts, count: int) -> dict:
-    conf.set_override('host', 'bench-host')
+def _report(conf: cfg.ConfigOpts, count: int, host: str) -> dict:
+    conf.set_override('host', host)
     conf.set_override('device_count', count, 'fake_driver')
-    return {'hostname': 'bench-host',
+    return {'hostname': host,
             'devices': [d.to_dict() for d in fake.FakeDriver(conf).discover()]}
 
 
@@ -77,17 +77,17 @@ def bench(url: str, counts: list[int], repeat: int) -> None:
         engine = engines.create_engine(url, sqlite_fk=True)
         undo = db_api.patch_engine(engine)
         counter = _Counter(engine)
-        report = _report(cyborg_conf.CONF, count)
+        host = f'bench-{count}'
+        report = _report(cyborg_conf.CONF, count, host)
         changed = copy.deepcopy(report)
         changed['devices'][0]['model'] = 'changed'
-        host = f'bench-{count}'
-
         runs = iter(range(repeat))
 
-        def first(report=report, count=count, runs=runs):
+        def first(count=count, runs=runs):
             # A new host each run, so that every row is new each time.
-            inventory.apply_report(ctx, f'bench-{count}-{next(runs)}',
-                                   report)
+            name = f'bench-{count}-{next(runs)}'
+            inventory.apply_report(
+                ctx, name, _report(cyborg_conf.CONF, count, name))
 
         counter.reset()
         _print(count, 'first', _timed(first, repeat), counter)
@@ -99,8 +99,7 @@ def bench(url: str, counts: list[int], repeat: int) -> None:
             _print(count, name, _timed(
                 lambda p=payload, h=host: inventory.apply_report(ctx, h, p),
                 runs_), counter)
-        inventory.apply_report(ctx, host,
-                               {'hostname': 'bench-host', 'devices': []})
+        inventory.apply_report(ctx, host, {'hostname': host, 'devices': []})
         undo()
         engine.dispose()
 

@@ -2,11 +2,11 @@
 
 ``apply_report`` reads the host's rows (a fixed number of queries, whatever
 the number of devices), compares them with the report and writes only the
-difference, in one transaction: an unchanged report writes nothing.
-Identity: a device is its control path (PCI address), a deployable its name
-within the device, an attribute its key, an attach handle its attach info.
-Parts that an accelerator request still uses are never deleted; they stay
-until the request lets go of them.
+difference, in one transaction: an unchanged report writes nothing, and new
+rows are inserted a table at a time. Identity: a device is its control path
+(PCI address), a deployable its name within the device, an attribute its
+key, an attach handle its attach info. Parts that an accelerator request
+still uses are never deleted; they stay until the request lets go of them.
 """
 import collections
 import dataclasses
@@ -28,6 +28,11 @@ LOG = logging.getLogger(__name__)
 # Namespace of resource-provider uuids: uuid5(RP_NAMESPACE,
 # "<hostname>/<control path address>/<deployable name>").
 RP_NAMESPACE = uuid.UUID('4a1f2b8e-6c3d-5e7f-9a0b-1c2d3e4f5a6b')
+
+Row = sa.engine.Row
+# Values per IN (...) clause when reading back inserted ids.
+_IN_BATCH = 500
+Report = dict[str, Any]
 
 
 def control_path_address(cpid_info: dict[str, str]) -> str:
@@ -62,87 +67,93 @@ class ReportResult:
 
 @dataclasses.dataclass
 class _DeployableRows:
-    row: models.Deployable
-    attributes: dict[str, models.Attribute] = dataclasses.field(
-        default_factory=dict)
-    handles: dict[str, models.AttachHandle] = dataclasses.field(
-        default_factory=dict)
+    row: Row
+    attributes: dict[str, Row] = dataclasses.field(default_factory=dict)
+    handles: dict[str, Row] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
 class _DeviceRows:
-    row: models.Device
-    cpid: models.ControlpathID
+    row: Row
+    cpid: Row
     deployables: dict[str, _DeployableRows] = dataclasses.field(
         default_factory=dict)
 
 
+@dataclasses.dataclass
+class _HostRows:
+    devices: dict[str, _DeviceRows]
+    busy_handles: set[int]
+    busy_deployables: set[int]
+
+
 def _cpid_key(cpid_type: str, cpid_info: str | dict[str, str]) -> str:
     if isinstance(cpid_info, str):
-        cpid_info = _loads(cpid_info)
+        cpid_info = json.loads(cpid_info)
     return canonical_json({'cpid_type': cpid_type, 'cpid_info': cpid_info})
 
 
-def _loads(text: str) -> Any:
-    return json.loads(text)
+def _columns(model: type[models.Base]) -> list[sa.Column]:
+    return list(model.__table__.columns)
 
 
-def _load_host(session: sa.orm.Session, host: str
-               ) -> tuple[dict[str, _DeviceRows], set[int], set[int]]:
-    """The host's rows by identity, plus the ids that requests still use."""
+def _load_host(session: sa.orm.Session, host: str) -> _HostRows:
+    """The host's rows by identity, plus the ids that requests still use.
+
+    Plain rows, not ORM objects: a host can have thousands of them and
+    nothing here needs the identity map.
+    """
     on_host = models.Device.host == host
-    devices = {d.id: d for d in session.scalars(
-        sa.select(models.Device).where(on_host))}
+    devices = {d.id: d for d in session.execute(
+        sa.select(*_columns(models.Device)).where(on_host))}
     if not devices:
-        return {}, set(), set()
+        return _HostRows({}, set(), set())
     by_device: dict[int, _DeviceRows] = {}
-    for cpid in session.scalars(
-            sa.select(models.ControlpathID).join(models.Device)
-            .where(on_host)):
+    for cpid in session.execute(
+            sa.select(*_columns(models.ControlpathID))
+            .join(models.Device).where(on_host)):
         by_device[cpid.device_id] = _DeviceRows(devices[cpid.device_id],
                                                 cpid)
     deployables: dict[int, _DeployableRows] = {}
-    for dep in session.scalars(
-            sa.select(models.Deployable).join(models.Device)
-            .where(on_host)):
+    for dep in session.execute(
+            sa.select(*_columns(models.Deployable))
+            .join(models.Device).where(on_host)):
         entry = by_device.get(dep.device_id)
         if entry is not None:
             deployables[dep.id] = entry.deployables.setdefault(
                 dep.name, _DeployableRows(dep))
-    for attr in session.scalars(
-            sa.select(models.Attribute).join(models.Deployable)
-            .join(models.Device).where(on_host)):
+    for attr in session.execute(
+            sa.select(*_columns(models.Attribute))
+            .join(models.Deployable).join(models.Device).where(on_host)):
         if attr.deployable_id in deployables:
             deployables[attr.deployable_id].attributes[attr.key] = attr
-    for handle in session.scalars(
-            sa.select(models.AttachHandle).join(models.Deployable)
-            .join(models.Device).where(on_host)):
+    busy_handles: set[int] = set()
+    busy_deployables: set[int] = set()
+    for handle in session.execute(
+            sa.select(*_columns(models.AttachHandle))
+            .join(models.Deployable).join(models.Device).where(on_host)):
         if handle.deployable_id in deployables:
             deployables[handle.deployable_id].handles[
                 handle.attach_info] = handle
+            if handle.in_use:
+                busy_handles.add(handle.id)
+                busy_deployables.add(handle.deployable_id)
     arq = models.AcceleratorRequest
-    busy_handles: set[int] = set()
-    busy_deployables: set[int] = set()
     for handle_id, deployable_id in session.execute(
             sa.select(arq.attach_handle_id, arq.deployable_id)
-            .join(models.Deployable, models.Deployable.id ==
-                  arq.deployable_id)
+            .join(models.Deployable,
+                  models.Deployable.id == arq.deployable_id)
             .join(models.Device).where(on_host)):
         if handle_id is not None:
             busy_handles.add(handle_id)
         busy_deployables.add(deployable_id)
-    for entry in by_device.values():
-        for dep in entry.deployables.values():
-            for handle in dep.handles.values():
-                if handle.in_use:
-                    busy_handles.add(handle.id)
-                    busy_deployables.add(dep.row.id)
-    return ({_cpid_key(e.cpid.cpid_type, e.cpid.cpid_info): e
-             for e in by_device.values()}, busy_handles, busy_deployables)
+    return _HostRows(
+        {_cpid_key(e.cpid.cpid_type, e.cpid.cpid_info): e
+         for e in by_device.values()}, busy_handles, busy_deployables)
 
 
 class _Writer:
-    """Collects inserts, updates and deletes, then runs them in batches."""
+    """Sends updates as they come, deletes and inserts in batches."""
 
     def __init__(self, session: sa.orm.Session, result: ReportResult
                  ) -> None:
@@ -150,18 +161,18 @@ class _Writer:
         self.result = result
         self.deletes: dict[type, list[int]] = collections.defaultdict(list)
 
-    def update(self, row: Any, values: dict[str, Any]) -> bool:
+    def update(self, model: type[models.Base], row: Row,
+               values: dict[str, Any]) -> bool:
         changed = {k: v for k, v in values.items()
                    if getattr(row, k) != v}
         if changed:
             self.session.execute(
-                sa.update(type(row)).where(type(row).id == row.id)
-                .values(**changed))
+                sa.update(model).where(model.id == row.id).values(**changed))
             self.result.writes += 1
         return bool(changed)
 
-    def delete(self, row: Any) -> None:
-        self.deletes[type(row)].append(row.id)
+    def delete(self, model: type[models.Base], row: Row) -> None:
+        self.deletes[model].append(row.id)
 
     def flush_deletes(self) -> None:
         # Children before parents, so foreign keys never see an orphan.
@@ -174,18 +185,30 @@ class _Writer:
                     sa.delete(model).where(model.id.in_(ids)))
                 self.result.writes += len(ids)
 
-    def insert(self, rows: list[Any]) -> None:
-        if rows:
-            self.session.add_all(rows)
-            self.session.flush()
-            self.result.writes += len(rows)
+    def insert(self, model: type[models.Base], rows: list[dict[str, Any]],
+               returning: bool = False) -> list[int]:
+        """Insert ``rows``; with ``returning``, their ids in row order."""
+        if not rows:
+            return []
+        for row in rows:
+            row.setdefault('uuid', str(uuid.uuid4()))
+        self.result.writes += len(rows)
+        # One executemany per table; ids are read back by uuid, which
+        # batches on every database (INSERT .. RETURNING in parameter order
+        # does not, on SQLite and MariaDB).
+        self.session.execute(sa.insert(model), rows)
+        if not returning:
+            return []
+        ids: dict[str, int] = {}
+        uuids = [row['uuid'] for row in rows]
+        for start in range(0, len(uuids), _IN_BATCH):
+            ids.update(self.session.execute(
+                sa.select(model.uuid, model.id).where(
+                    model.uuid.in_(uuids[start:start + _IN_BATCH]))).all())
+        return [ids[u] for u in uuids]
 
 
-def _new_uuid() -> str:
-    return str(uuid.uuid4())
-
-
-def _device_values(report: dict[str, Any], hostname: str) -> dict[str, Any]:
+def _device_values(report: Report, hostname: str) -> dict[str, Any]:
     return {'type': report['type'], 'vendor': report['vendor'],
             'model': report['model'], 'hostname': hostname,
             'std_board_info': canonical_json(
@@ -194,7 +217,7 @@ def _device_values(report: dict[str, Any], hostname: str) -> dict[str, Any]:
                 report.get('vendor_board_info', {}))}
 
 
-def _deployable_values(report: dict[str, Any], hostname: str,
+def _deployable_values(report: Report, hostname: str,
                        cpid_info: dict[str, str]) -> dict[str, Any]:
     return {'num_accelerators': report['num_accelerators'],
             'driver_name': report['driver_name'],
@@ -202,72 +225,73 @@ def _deployable_values(report: dict[str, Any], hostname: str,
                                               report['name'])}
 
 
-def _add_deployables(w: _Writer, device: models.Device,
-                     cpid: models.ControlpathID, hostname: str,
-                     cpid_info: dict[str, str],
-                     reports: list[dict[str, Any]]) -> None:
-    rows = [models.Deployable(uuid=_new_uuid(), name=dep['name'],
-                              device_id=device.id,
-                              **_deployable_values(dep, hostname, cpid_info))
-            for dep in reports]
-    w.insert(rows)
-    children: list[Any] = []
-    for row, dep in zip(rows, reports, strict=True):
-        children.extend(_new_attributes(row, dep.get('attributes', {})))
-        children.extend(_new_handles(row, cpid, dep['attach_handles']))
-    w.insert(children)
-
-
-def _new_attributes(dep: models.Deployable, attributes: dict[str, str]
-                    ) -> list[models.Attribute]:
-    return [models.Attribute(uuid=_new_uuid(), deployable_id=dep.id,
-                             key=key, value=value)
+def _attribute_rows(deployable_id: int, attributes: dict[str, str]
+                    ) -> list[dict[str, Any]]:
+    return [{'deployable_id': deployable_id, 'key': key, 'value': value}
             for key, value in sorted(attributes.items())]
 
 
-def _new_handles(dep: models.Deployable, cpid: models.ControlpathID,
-                 handles: list[dict[str, Any]]) -> list[models.AttachHandle]:
-    return [models.AttachHandle(uuid=_new_uuid(), deployable_id=dep.id,
-                                cpid_id=cpid.id, in_use=False,
-                                attach_type=h['attach_type'],
-                                attach_info=canonical_json(h['attach_info']))
+def _handle_rows(deployable_id: int, cpid_id: int,
+                 handles: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{'deployable_id': deployable_id, 'cpid_id': cpid_id,
+             'in_use': False, 'attach_type': h['attach_type'],
+             'attach_info': canonical_json(h['attach_info'])}
             for h in handles]
 
 
+def _add_deployables(w: _Writer, hostname: str,
+                     new: list[tuple[int, int, dict[str, str], Report]]
+                     ) -> None:
+    """Insert deployables given as (device id, cpid id, cpid info, report)."""
+    ids = w.insert(models.Deployable, [
+        dict(name=dep['name'], device_id=device_id,
+             **_deployable_values(dep, hostname, cpid_info))
+        for device_id, _, cpid_info, dep in new], returning=True)
+    attributes: list[dict[str, Any]] = []
+    handles: list[dict[str, Any]] = []
+    for dep_id, (_, cpid_id, _, dep) in zip(ids, new, strict=True):
+        attributes.extend(_attribute_rows(dep_id, dep.get('attributes', {})))
+        handles.extend(_handle_rows(dep_id, cpid_id, dep['attach_handles']))
+    w.insert(models.Attribute, attributes)
+    w.insert(models.AttachHandle, handles)
+
+
 def _add_devices(w: _Writer, host: str, hostname: str,
-                 reports: list[dict[str, Any]]) -> None:
-    devices = [models.Device(uuid=_new_uuid(), host=host, status='enabled',
-                             **_device_values(dev, hostname))
-               for dev in reports]
-    w.insert(devices)
-    cpids = [models.ControlpathID(
-        uuid=_new_uuid(), device_id=device.id,
-        cpid_type=dev['controlpath_id']['cpid_type'],
-        cpid_info=canonical_json(dev['controlpath_id']['cpid_info']))
-        for device, dev in zip(devices, reports, strict=True)]
-    w.insert(cpids)
-    for device, cpid, dev in zip(devices, cpids, reports, strict=True):
-        _add_deployables(w, device, cpid, hostname,
-                         dev['controlpath_id']['cpid_info'],
-                         dev['deployables'])
-    w.result.devices_added += len(devices)
+                 reports: list[Report]) -> list[tuple[int, int,
+                                                      dict[str, str],
+                                                      Report]]:
+    """Insert devices and control paths; return their deployables to add."""
+    device_ids = w.insert(models.Device, [
+        dict(host=host, status='enabled', **_device_values(dev, hostname))
+        for dev in reports], returning=True)
+    cpid_ids = w.insert(models.ControlpathID, [
+        {'device_id': device_id,
+         'cpid_type': dev['controlpath_id']['cpid_type'],
+         'cpid_info': canonical_json(dev['controlpath_id']['cpid_info'])}
+        for device_id, dev in zip(device_ids, reports, strict=True)],
+        returning=True)
+    w.result.devices_added += len(reports)
+    return [(device_id, cpid_id, dev['controlpath_id']['cpid_info'], dep)
+            for device_id, cpid_id, dev in zip(device_ids, cpid_ids,
+                                               reports, strict=True)
+            for dep in dev['deployables']]
 
 
-def _sync_deployable(w: _Writer, existing: _DeployableRows,
-                     report: dict[str, Any], cpid: models.ControlpathID,
-                     busy_handles: set[int]) -> bool:
+def _sync_deployable(w: _Writer, existing: _DeployableRows, report: Report,
+                     cpid_id: int, busy_handles: set[int]) -> bool:
     changed = False
+    dep_id = existing.row.id
     attributes = report.get('attributes', {})
-    new_attrs = []
+    new_attrs = {}
     for key, value in attributes.items():
         row = existing.attributes.get(key)
         if row is None:
-            new_attrs.append(key)
+            new_attrs[key] = value
         else:
-            changed |= w.update(row, {'value': value})
+            changed |= w.update(models.Attribute, row, {'value': value})
     for key, row in existing.attributes.items():
         if key not in attributes:
-            w.delete(row)
+            w.delete(models.Attribute, row)
             changed = True
     handles = {canonical_json(h['attach_info']): h
                for h in report['attach_handles']}
@@ -277,7 +301,8 @@ def _sync_deployable(w: _Writer, existing: _DeployableRows,
         if row is None:
             new_handles.append(handle)
         else:
-            changed |= w.update(row, {'attach_type': handle['attach_type']})
+            changed |= w.update(models.AttachHandle, row,
+                                {'attach_type': handle['attach_type']})
     for info, row in existing.handles.items():
         if info in handles:
             continue
@@ -287,125 +312,129 @@ def _sync_deployable(w: _Writer, existing: _DeployableRows,
                         row.attach_info, existing.row.name)
             w.result.kept_in_use += 1
             continue
-        w.delete(row)
+        w.delete(models.AttachHandle, row)
         changed = True
-    w.insert(_new_attributes(existing.row,
-                             {k: attributes[k] for k in new_attrs}))
-    w.insert(_new_handles(existing.row, cpid, new_handles))
+    w.insert(models.Attribute, _attribute_rows(dep_id, new_attrs))
+    w.insert(models.AttachHandle,
+             _handle_rows(dep_id, cpid_id, new_handles))
     return changed or bool(new_attrs or new_handles)
 
 
 def _delete_deployable(w: _Writer, dep: _DeployableRows) -> None:
     for row in dep.attributes.values():
-        w.delete(row)
+        w.delete(models.Attribute, row)
     for row in dep.handles.values():
-        w.delete(row)
-    w.delete(dep.row)
+        w.delete(models.AttachHandle, row)
+    w.delete(models.Deployable, dep.row)
 
 
-def _sync_device(w: _Writer, existing: _DeviceRows, report: dict[str, Any],
-                 hostname: str, busy_handles: set[int],
-                 busy_deployables: set[int]) -> None:
-    changed = w.update(existing.row, _device_values(report, hostname))
+def _sync_device(w: _Writer, existing: _DeviceRows, report: Report,
+                 hostname: str, rows: _HostRows
+                 ) -> list[tuple[int, int, dict[str, str], Report]]:
+    """Update a known device; return its new deployables to add."""
+    changed = w.update(models.Device, existing.row,
+                       _device_values(report, hostname))
     cpid_info = report['controlpath_id']['cpid_info']
     reported = {dep['name']: dep for dep in report['deployables']}
     added = []
     for name, dep in reported.items():
-        rows = existing.deployables.get(name)
-        if rows is None:
-            added.append(dep)
+        dep_rows = existing.deployables.get(name)
+        if dep_rows is None:
+            added.append((existing.row.id, existing.cpid.id, cpid_info, dep))
             continue
-        changed |= w.update(rows.row,
+        changed |= w.update(models.Deployable, dep_rows.row,
                             _deployable_values(dep, hostname, cpid_info))
-        changed |= _sync_deployable(w, rows, dep, existing.cpid,
-                                    busy_handles)
-    for name, rows in existing.deployables.items():
+        changed |= _sync_deployable(w, dep_rows, dep, existing.cpid.id,
+                                    rows.busy_handles)
+    for name, dep_rows in existing.deployables.items():
         if name in reported:
             continue
-        if rows.row.id in busy_deployables:
+        if dep_rows.row.id in rows.busy_deployables:
             LOG.warning('Deployable %s is gone from the host but still in '
                         'use; keeping it.', name)
             w.result.kept_in_use += 1
             continue
-        _delete_deployable(w, rows)
+        _delete_deployable(w, dep_rows)
         changed = True
-    if added:
-        _add_deployables(w, existing.row, existing.cpid, hostname,
-                         cpid_info, added)
-        changed = True
-    if changed:
+    if changed or added:
         w.result.devices_updated += 1
+    return added
+
+
+def _remove_device(w: _Writer, host: str, key: str, device: _DeviceRows,
+                   rows: _HostRows) -> None:
+    in_use = [d.row.name for d in device.deployables.values()
+              if d.row.id in rows.busy_deployables]
+    if in_use:
+        LOG.warning('Device %s on host %s is gone but deployables %s are '
+                    'still in use; keeping it.', key, host,
+                    ', '.join(in_use))
+        w.result.kept_in_use += 1
+        return
+    for dep in device.deployables.values():
+        _delete_deployable(w, dep)
+    w.delete(models.ControlpathID, device.cpid)
+    w.delete(models.Device, device.row)
+    w.result.devices_removed += 1
 
 
 @writer
 def apply_report(context: cyborg_context.RequestContext, host: str,
-                 report: dict[str, Any]) -> ReportResult:
+                 report: Report) -> ReportResult:
     """Make the host's rows equal to a validated report; see module doc."""
-    session = context.session
     hostname = report['hostname']
     result = ReportResult()
-    w = _Writer(session, result)
-    existing, busy_handles, busy_deployables = _load_host(session, host)
+    w = _Writer(context.session, result)
+    rows = _load_host(context.session, host)
     reported = {_cpid_key(dev['controlpath_id']['cpid_type'],
                           dev['controlpath_id']['cpid_info']): dev
                 for dev in report['devices']}
-    for key, rows in existing.items():
-        if key in reported:
-            continue
-        in_use = [d.row.name for d in rows.deployables.values()
-                  if d.row.id in busy_deployables]
-        if in_use:
-            LOG.warning('Device %s on host %s is gone but deployables %s '
-                        'are still in use; keeping it.', key, host,
-                        ', '.join(in_use))
-            result.kept_in_use += 1
-            continue
-        for dep in rows.deployables.values():
-            _delete_deployable(w, dep)
-        w.delete(rows.cpid)
-        w.delete(rows.row)
-        result.devices_removed += 1
-    w.flush_deletes()
+    for key, device in rows.devices.items():
+        if key not in reported:
+            _remove_device(w, host, key, device, rows)
+    new_deployables = []
     for key, dev in reported.items():
-        if key in existing:
-            _sync_device(w, existing[key], dev, hostname, busy_handles,
-                         busy_deployables)
+        if key in rows.devices:
+            new_deployables.extend(
+                _sync_device(w, rows.devices[key], dev, hostname, rows))
+    # Deletes first: a re-added part may reuse a unique value.
     w.flush_deletes()
-    _add_devices(w, host, hostname,
-                 [dev for key, dev in reported.items()
-                  if key not in existing])
+    new_deployables.extend(_add_devices(
+        w, host, hostname,
+        [dev for key, dev in reported.items() if key not in rows.devices]))
+    _add_deployables(w, hostname, new_deployables)
     return result
+
+
+def _device_dict(device: _DeviceRows) -> dict[str, Any]:
+    row = device.row
+    return {
+        'uuid': row.uuid, 'type': row.type, 'vendor': row.vendor,
+        'model': row.model, 'hostname': row.hostname, 'status': row.status,
+        'std_board_info': json.loads(row.std_board_info or '{}'),
+        'vendor_board_info': json.loads(row.vendor_board_info or '{}'),
+        'controlpath_id': {'cpid_type': device.cpid.cpid_type,
+                           'cpid_info': json.loads(device.cpid.cpid_info)},
+        'deployables': [{
+            'uuid': dep.row.uuid, 'name': dep.row.name,
+            'num_accelerators': dep.row.num_accelerators,
+            'driver_name': dep.row.driver_name,
+            'rp_uuid': dep.row.rp_uuid,
+            'attributes': {k: a.value for k, a in dep.attributes.items()},
+            'attach_handles': [
+                {'uuid': h.uuid, 'attach_type': h.attach_type,
+                 'attach_info': json.loads(h.attach_info),
+                 'in_use': h.in_use}
+                for h in dep.handles.values()],
+        } for dep in device.deployables.values()],
+    }
 
 
 @reader
 def get_host_devices(context: cyborg_context.RequestContext, host: str
                      ) -> list[dict[str, Any]]:
-    """The host's devices as nested dicts in report form (for tests/tools)."""
-    existing, _, _ = _load_host(context.session, host)
-    devices = []
-    for rows in existing.values():
-        device = rows.row
-        devices.append({
-            'uuid': device.uuid, 'type': device.type,
-            'vendor': device.vendor, 'model': device.model,
-            'hostname': device.hostname, 'status': device.status,
-            'std_board_info': _loads(device.std_board_info or '{}'),
-            'vendor_board_info': _loads(device.vendor_board_info or '{}'),
-            'controlpath_id': {'cpid_type': rows.cpid.cpid_type,
-                               'cpid_info': _loads(rows.cpid.cpid_info)},
-            'deployables': [{
-                'uuid': dep.row.uuid, 'name': dep.row.name,
-                'num_accelerators': dep.row.num_accelerators,
-                'driver_name': dep.row.driver_name,
-                'rp_uuid': dep.row.rp_uuid,
-                'attributes': {k: a.value
-                               for k, a in dep.attributes.items()},
-                'attach_handles': [
-                    {'uuid': h.uuid, 'attach_type': h.attach_type,
-                     'attach_info': _loads(h.attach_info),
-                     'in_use': h.in_use}
-                    for h in dep.handles.values()],
-            } for dep in rows.deployables.values()],
-        })
+    """The host's devices as nested dicts in report form."""
+    rows = _load_host(context.session, host)
+    devices = [_device_dict(device) for device in rows.devices.values()]
     devices.sort(key=lambda d: canonical_json(d['controlpath_id']))
     return devices

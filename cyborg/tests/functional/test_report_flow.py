@@ -116,3 +116,22 @@ def test_conductor_asks_agent_to_discover(conf, conductor, db_engine):
         assert again['writes'] == 0
     finally:
         agent.stop()
+
+
+def test_two_agents_claiming_one_node_are_refused(conf, conductor,
+                                                   db_engine, caplog):
+    """Two hosts that report the same placement node name collide."""
+    api = conductor_rpcapi.ConductorAPI(conf)
+    ctx = cyborg_context.get_admin_context()
+    conf.set_override('hostname', 'shared-node', 'agent')
+    report = {'hostname': 'shared-node',
+              'devices': [d.to_dict()
+                          for d in fake.FakeDriver(conf).discover()]}
+    api.report_data(ctx, 'cmp1', report)
+    with caplog.at_level(logging.ERROR):
+        with pytest.raises(exception.ReportConflict) as err:
+            api.report_data(ctx, 'cmp2', report)
+    assert 'shared-node' in str(err.value)
+    assert '[agent] hostname' in str(err.value)
+    assert inventory.get_host_devices(ctx, 'cmp2') == []
+    assert len(inventory.get_host_devices(ctx, 'cmp1')) == 1
