@@ -122,23 +122,8 @@ def conf() -> Iterator[cfg.ConfigOpts]:
     cfg.CONF.reset()
 
 
-@pytest.fixture
-def db_engine(empty_db_url) -> Iterator[sa.engine.Engine]:
-    """A database migrated to head, wired into the enginefacade."""
-    migration.upgrade('head', url=empty_db_url)
-    engine = engines.create_engine(empty_db_url, sqlite_fk=True)
-    undo = db_api.patch_engine(engine)
-    try:
-        yield engine
-    finally:
-        undo()
-        engine.dispose()
-
-
-@pytest.fixture
-def sqlite_engine(tmp_path) -> Iterator[sa.engine.Engine]:
-    """Like db_engine, on SQLite only, for tests about logic not SQL."""
-    url = f'sqlite:///{tmp_path}/cyborg.sqlite'
+def migrated_engine(url: str) -> Iterator[sa.engine.Engine]:
+    """Migrate the database at ``url`` to head and wire it in."""
     migration.upgrade('head', url=url)
     engine = engines.create_engine(url, sqlite_fk=True)
     undo = db_api.patch_engine(engine)
@@ -147,6 +132,18 @@ def sqlite_engine(tmp_path) -> Iterator[sa.engine.Engine]:
     finally:
         undo()
         engine.dispose()
+
+
+@pytest.fixture
+def db_engine(empty_db_url) -> Iterator[sa.engine.Engine]:
+    """A database migrated to head, on each of the three backends."""
+    yield from migrated_engine(empty_db_url)
+
+
+@pytest.fixture
+def sqlite_engine(tmp_path) -> Iterator[sa.engine.Engine]:
+    """Like db_engine, on SQLite only, for tests about logic not SQL."""
+    yield from migrated_engine(f'sqlite:///{tmp_path}/cyborg.sqlite')
 
 
 def _rabbitmqctl(*args: str) -> None:
