@@ -39,9 +39,71 @@ class NotFound(CyborgException):
     code = 404
 
 
+class ResourceNotFound(NotFound):
+    msg_fmt = '%(resource)s %(id)s could not be found.'
+
+
+class DeviceProfileNotFound(NotFound):
+    msg_fmt = 'Device profile %(name)s could not be found.'
+
+
+class ARQNotFound(NotFound):
+    msg_fmt = 'Accelerator request(s) %(uuids)s could not be found.'
+
+
+class NotAuthorized(CyborgException):
+    msg_fmt = 'Not authorized.'
+    code = 401
+
+
+class Forbidden(CyborgException):
+    msg_fmt = 'Forbidden: %(reason)s'
+    code = 403
+
+
+class PolicyNotAuthorized(Forbidden):
+    msg_fmt = 'Access was denied to the following resource: %(action)s'
+
+
+class NotAcceptable(CyborgException):
+    msg_fmt = 'Not acceptable: %(reason)s'
+    code = 406
+
+
+class Locked(CyborgException):
+    msg_fmt = 'Locked: %(reason)s'
+    code = 423
+
+
+class ServiceUnavailable(CyborgException):
+    msg_fmt = 'Service unavailable: %(reason)s'
+    code = 503
+
+
+class LegacyServerError(CyborgException):
+    """An error that API versions before 2.4 answer with 500, as clients
+    written against them (and their tests) expect; 2.4 answers 400."""
+
+    msg_fmt = '%(reason)s'
+    code = 500
+
+
 class Conflict(CyborgException):
     msg_fmt = 'Conflict: %(reason)s'
     code = 409
+
+
+class ARQBadState(Conflict):
+    msg_fmt = ('Accelerator request %(uuid)s is %(state)s; %(action)s needs '
+               'one of: %(expected)s.')
+
+
+class DuplicateDeviceProfileName(Conflict):
+    msg_fmt = 'A device profile named %(name)s already exists.'
+
+
+class DuplicateDeviceProfileUUID(Conflict):
+    msg_fmt = 'A device profile with uuid %(uuid)s already exists.'
 
 
 class ReportConflict(Conflict):

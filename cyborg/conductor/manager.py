@@ -9,6 +9,10 @@ from oslo_db import exception as db_exc
 from cyborg import context as cyborg_context
 from cyborg.common import device_report
 from cyborg.common import exception
+from cyborg.db.api import arqs
+from cyborg.db.api import attributes
+from cyborg.db.api import device_profiles
+from cyborg.db.api import devices
 from cyborg.db.api import inventory
 from cyborg.db.api import services
 
@@ -18,7 +22,7 @@ LOG = logging.getLogger(__name__)
 class ConductorManager:
     """Turns agent reports and heartbeats into database rows."""
 
-    target = messaging.Target(version='1.0')
+    target = messaging.Target(version='1.1')
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         self.conf = conf
@@ -67,3 +71,50 @@ class ConductorManager:
                       binary, host)
             return
         services.heartbeat(context, host, binary, version, hostname)
+
+    # The API's writes (1.1). Each validates what only the database can
+    # tell (existence, uniqueness, state) and raises a CyborgException that
+    # the API maps to its status code.
+
+    @messaging.expected_exceptions(exception.CyborgException)
+    def device_profile_create(self, context: cyborg_context.RequestContext,
+                              values: dict[str, Any]) -> dict[str, Any]:
+        return device_profiles.create(context, values)
+
+    @messaging.expected_exceptions(exception.CyborgException)
+    def device_profile_delete(self, context: cyborg_context.RequestContext,
+                              uuids: list[str], names: list[str]) -> None:
+        device_profiles.delete(context, uuids, names)
+
+    @messaging.expected_exceptions(exception.CyborgException)
+    def arq_create(self, context: cyborg_context.RequestContext,
+                   profile_name: str, project_id: str | None
+                   ) -> list[dict[str, Any]]:
+        return arqs.create(context, profile_name, project_id)
+
+    @messaging.expected_exceptions(exception.CyborgException)
+    def arq_apply_patch(self, context: cyborg_context.RequestContext,
+                        binds: dict[str, dict[str, Any]],
+                        unbinds: list[str]) -> None:
+        arqs.apply_patch(context, binds, unbinds)
+
+    @messaging.expected_exceptions(exception.CyborgException)
+    def arq_delete(self, context: cyborg_context.RequestContext,
+                   uuids: list[str] | None = None,
+                   instance_uuid: str | None = None) -> None:
+        arqs.delete(context, uuids, instance_uuid)
+
+    @messaging.expected_exceptions(exception.CyborgException)
+    def device_set_status(self, context: cyborg_context.RequestContext,
+                          uuid: str, status: str) -> None:
+        devices.set_status(context, uuid, status)
+
+    @messaging.expected_exceptions(exception.CyborgException)
+    def attribute_create(self, context: cyborg_context.RequestContext,
+                         values: dict[str, Any]) -> dict[str, Any]:
+        return attributes.create(context, values)
+
+    @messaging.expected_exceptions(exception.CyborgException)
+    def attribute_delete(self, context: cyborg_context.RequestContext,
+                         uuid: str) -> None:
+        attributes.delete(context, uuid)

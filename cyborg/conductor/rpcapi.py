@@ -5,7 +5,10 @@ import oslo_messaging as messaging
 from oslo_config import cfg
 
 from cyborg import context as cyborg_context
+from cyborg.common import exception
 from cyborg.common import rpc
+
+Context = cyborg_context.RequestContext
 
 
 class ConductorAPI:
@@ -15,9 +18,13 @@ class ConductorAPI:
 
     * 1.0 - Initial version: ``report_data`` (an agent's inventory) and
       ``service_heartbeat``.
+    * 1.1 - The API's writes, one call per HTTP request:
+      ``device_profile_create``, ``device_profile_delete``, ``arq_create``,
+      ``arq_apply_patch``, ``arq_delete``, ``device_set_status``,
+      ``attribute_create``, ``attribute_delete``.
     """
 
-    RPC_API_VERSION = '1.0'
+    RPC_API_VERSION = '1.1'
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         target = messaging.Target(topic=rpc.CONDUCTOR_TOPIC,
@@ -25,23 +32,76 @@ class ConductorAPI:
         self.client = rpc.get_client(
             target, version_cap=conf.upgrade_levels.conductor)
 
-    def report_data(self, context: cyborg_context.RequestContext, host: str,
+    def _call(self, context: Context, version: str, method: str,
+              **kwargs: Any) -> Any:
+        # at_least_once: when no conductor has its queue bound the call
+        # fails at once instead of waiting for the RPC timeout.
+        cctxt = self.client.prepare(
+            version=version,
+            transport_options=messaging.TransportOptions(at_least_once=True))
+        try:
+            return cctxt.call(context, method, **kwargs)
+        except (messaging.MessagingTimeout,
+                messaging.MessageUndeliverable) as exc:
+            raise exception.ServiceUnavailable(
+                reason=f'no cyborg-conductor answered {method} '
+                       f'({type(exc).__name__}); retry later.') from exc
+
+    def report_data(self, context: Context, host: str,
                     report: dict[str, Any]) -> dict[str, int]:
         """Make the database equal to ``report`` for ``host``; wait for it.
 
         Returns what changed (see ``ReportResult.to_dict``).
         """
-        # at_least_once: when no conductor has its queue bound yet the call
-        # fails at once instead of waiting for the RPC timeout.
-        cctxt = self.client.prepare(
-            version='1.0',
-            transport_options=messaging.TransportOptions(at_least_once=True))
-        return cctxt.call(context, 'report_data', host=host, report=report)
+        return self._call(context, '1.0', 'report_data', host=host,
+                          report=report)
 
-    def service_heartbeat(self, context: cyborg_context.RequestContext,
-                          host: str, binary: str, version: str,
-                          hostname: str | None = None) -> None:
+    def service_heartbeat(self, context: Context, host: str, binary: str,
+                          version: str, hostname: str | None = None) -> None:
         """Record that a service is alive; fire and forget."""
         cctxt = self.client.prepare(version='1.0')
         cctxt.cast(context, 'service_heartbeat', host=host, binary=binary,
                    version=version, hostname=hostname)
+
+    def device_profile_create(self, context: Context,
+                              values: dict[str, Any]) -> dict[str, Any]:
+        return self._call(context, '1.1', 'device_profile_create',
+                          values=values)
+
+    def device_profile_delete(self, context: Context, uuids: list[str],
+                              names: list[str]) -> None:
+        """Delete every named profile, or none if one is missing."""
+        return self._call(context, '1.1', 'device_profile_delete',
+                          uuids=uuids, names=names)
+
+    def arq_create(self, context: Context, profile_name: str,
+                   project_id: str | None) -> list[dict[str, Any]]:
+        """One accelerator request per accelerator the profile asks for."""
+        return self._call(context, '1.1', 'arq_create',
+                          profile_name=profile_name, project_id=project_id)
+
+    def arq_apply_patch(self, context: Context,
+                        binds: dict[str, dict[str, Any]],
+                        unbinds: list[str]) -> None:
+        """Bind and unbind a batch of accelerator requests."""
+        return self._call(context, '1.1', 'arq_apply_patch', binds=binds,
+                          unbinds=unbinds)
+
+    def arq_delete(self, context: Context, uuids: list[str] | None = None,
+                   instance_uuid: str | None = None) -> None:
+        """Unbind and delete requests by uuid or by instance."""
+        return self._call(context, '1.1', 'arq_delete', uuids=uuids,
+                          instance_uuid=instance_uuid)
+
+    def device_set_status(self, context: Context, uuid: str,
+                          status: str) -> None:
+        """``enabled`` or ``maintaining`` (out of scheduling)."""
+        return self._call(context, '1.1', 'device_set_status', uuid=uuid,
+                          status=status)
+
+    def attribute_create(self, context: Context,
+                         values: dict[str, Any]) -> dict[str, Any]:
+        return self._call(context, '1.1', 'attribute_create', values=values)
+
+    def attribute_delete(self, context: Context, uuid: str) -> None:
+        return self._call(context, '1.1', 'attribute_delete', uuid=uuid)

@@ -9,12 +9,20 @@ from typing import Any
 
 import sqlalchemy as sa
 from oslo_config import cfg
+from oslo_db import api as oslo_db_api
 from oslo_db.sqlalchemy import enginefacade
 from oslo_db.sqlalchemy import orm
 
 main_context_manager = enginefacade.transaction_context()
 reader = main_context_manager.reader
 writer = main_context_manager.writer
+
+# For transactions that lock rows other transactions also lock (binding
+# takes attach handles): a deadlock the database breaks is retried from
+# the start. Put it outside ``writer`` so each try is a new transaction.
+retry_on_deadlock = oslo_db_api.wrap_db_retry(
+    max_retries=10, retry_interval=0.05, inc_retry_interval=True,
+    max_retry_interval=1, retry_on_deadlock=True)
 
 _ENGINE_OPTIONS = ('connection', 'slave_connection', 'sqlite_synchronous',
                    'connection_recycle_time', 'max_pool_size',

@@ -1,0 +1,79 @@
+"""Device profiles: named lists of request groups that flavors refer to."""
+import json
+import uuid as uuid_lib
+from typing import Any
+
+import sqlalchemy as sa
+from oslo_db import exception as db_exc
+
+from cyborg import context as cyborg_context
+from cyborg.common import exception
+from cyborg.db import models
+from cyborg.db.api import query
+from cyborg.db.api import reader
+from cyborg.db.api import writer
+
+DP = models.DeviceProfile
+
+
+def to_dict(row: Any) -> dict[str, Any]:
+    return {'uuid': row.uuid, 'name': row.name,
+            'description': row.description,
+            'groups': json.loads(row.groups),
+            'created_at': row.created_at, 'updated_at': row.updated_at}
+
+
+@reader
+def get_all(context: cyborg_context.RequestContext,
+            names: list[str] | None = None, size: int | None = None,
+            marker: str | None = None) -> tuple[list[dict[str, Any]], bool]:
+    """Profiles (with the given names), a page at a time; see paginate."""
+    select = sa.select(DP)
+    if names:
+        select = sa.select(DP).where(DP.name.in_(names))
+    rows, more = query.paginate(context.session, select, DP, size, marker)
+    return [to_dict(row[0]) for row in rows], more
+
+
+@reader
+def get(context: cyborg_context.RequestContext, uuid: str | None = None,
+        name: str | None = None) -> dict[str, Any]:
+    where = DP.uuid == uuid if uuid is not None else DP.name == name
+    row = context.session.scalar(sa.select(DP).where(where))
+    if row is None:
+        raise exception.DeviceProfileNotFound(name=uuid or name)
+    return to_dict(row)
+
+
+@writer
+def create(context: cyborg_context.RequestContext,
+           values: dict[str, Any]) -> dict[str, Any]:
+    """Insert a validated profile; Conflict on a duplicate name or uuid."""
+    row = DP(uuid=values.get('uuid') or str(uuid_lib.uuid4()),
+             name=values['name'], description=values.get('description'),
+             groups=json.dumps(values['groups']))
+    try:
+        with context.session.begin_nested():
+            context.session.add(row)
+    except db_exc.DBDuplicateEntry as exc:
+        if 'uuid' in (exc.columns or []):
+            raise exception.DuplicateDeviceProfileUUID(uuid=row.uuid) \
+                from None
+        raise exception.DuplicateDeviceProfileName(name=row.name) from None
+    return to_dict(row)
+
+
+@writer
+def delete(context: cyborg_context.RequestContext, uuids: list[str],
+           names: list[str]) -> None:
+    """Delete every profile named, or none: NotFound lists the missing."""
+    where = sa.or_(DP.uuid.in_(uuids), DP.name.in_(names))
+    found = context.session.execute(
+        sa.select(DP.id, DP.uuid, DP.name).where(where)).all()
+    missing = (set(uuids) - {r.uuid for r in found}) | (
+        set(names) - {r.name for r in found})
+    if missing:
+        raise exception.DeviceProfileNotFound(
+            name=', '.join(sorted(missing)))
+    context.session.execute(
+        sa.delete(DP).where(DP.id.in_([r.id for r in found])))
