@@ -6,20 +6,34 @@ import pecan
 from oslo_config import cfg
 from oslo_middleware import http_proxy_to_wsgi
 from oslo_middleware import request_id
+from oslo_middleware import sizelimit
 
 from cyborg.api import hooks
+from cyborg.api.middleware import auth
 from cyborg.api.middleware import parsable_error
+from cyborg.common import policy
 
 
 def setup_app(conf: cfg.ConfigOpts) -> Callable[..., Any]:
-    """The API as a WSGI callable, configured from ``conf``."""
+    """The API as a WSGI callable, configured from ``conf``.
+
+    The pipeline, outermost first: proxy headers, request id, JSON
+    errors, body size limit, authentication, pecan.
+    """
+    policy.get_enforcer(conf)
     app = pecan.make_app(
         'cyborg.api.controllers.root.RootController',
-        hooks=[hooks.MicroversionHook()],
+        hooks=[hooks.ContextHook(), hooks.ConductorHook(conf),
+               hooks.MicroversionHook()],
         force_canonical=False,
         guess_content_type_from_ext=False,
         debug=False,
         logging={})
+    if conf.api.auth_strategy == 'keystone':
+        app = auth.KeystoneAuth(app, {'oslo_config_config': conf})
+    else:
+        app = auth.NoAuth(app)
+    app = sizelimit.RequestBodySizeLimiter(app, conf)
     app = parsable_error.ParsableErrorMiddleware(app)
     app = request_id.RequestId(app)
     app = http_proxy_to_wsgi.HTTPProxyToWSGI(app, conf)

@@ -1,9 +1,46 @@
-"""pecan hooks: microversion negotiation and its response headers."""
+"""pecan hooks: request context, conductor client and microversions."""
 import pecan
+from oslo_config import cfg
 from pecan import hooks
 
+from cyborg import context as cyborg_context
 from cyborg.api import errors
 from cyborg.api import versions
+from cyborg.conductor import rpcapi as conductor_rpcapi
+
+
+class ContextHook(hooks.PecanHook):
+    """Builds ``request.context`` from the headers auth middleware set."""
+
+    def before(self, state: hooks.HookController) -> None:
+        context = cyborg_context.RequestContext.from_environ(
+            state.request.environ)
+        context.is_admin = 'admin' in (context.roles or [])
+        state.request.context = context
+
+
+class _LazyConductorAPI:
+    """The conductor client, created on first use: reads and version
+    documents need no message transport."""
+
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        self.conf = conf
+        self._api: conductor_rpcapi.ConductorAPI | None = None
+
+    def __getattr__(self, name: str) -> object:
+        if self._api is None:
+            self._api = conductor_rpcapi.ConductorAPI(self.conf)
+        return getattr(self._api, name)
+
+
+class ConductorHook(hooks.PecanHook):
+    """Gives controllers ``request.conductor_api``."""
+
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        self.api = _LazyConductorAPI(conf)
+
+    def before(self, state: hooks.HookController) -> None:
+        state.request.conductor_api = self.api
 
 
 class MicroversionHook(hooks.PecanHook):

@@ -14,6 +14,7 @@ VERSIONS = (
     (2, 1),  # /project_id op in the accelerator request PATCH
     (2, 2),  # GET /device_profiles/{name}
     (2, 3),  # status of devices
+    (2, 4),  # 400 instead of 500 for bad input; limit/marker pagination
 )
 MIN_VERSION = VERSIONS[0]
 MAX_VERSION = VERSIONS[-1]

@@ -13,6 +13,7 @@ import time
 import cyborg.cmd  # noqa: F401  (native threads first)
 from cyborg import context as cyborg_context
 from cyborg.agent import service as agent_service
+from cyborg.cmd import api as api_cmd
 from cyborg.cmd import common
 from cyborg.common import rpc
 from cyborg.conductor import service as conductor_service
@@ -35,6 +36,9 @@ def _parser() -> argparse.ArgumentParser:
                         help='how many fake devices to report (default: 2)')
     parser.add_argument('--host', default='aio-host',
                         help='the agent\'s host name (default: aio-host)')
+    parser.add_argument('--port', type=int, default=6666,
+                        help='port of the API on 127.0.0.1 (default: 6666; '
+                             '0 picks a free one)')
     parser.add_argument('--once', action='store_true',
                         help='report once, print, and exit')
     return parser
@@ -50,6 +54,9 @@ def _configure(args: argparse.Namespace) -> str:
     CONF.set_override('connection', url, 'database')
     CONF.set_override('device_count', args.devices, 'fake_driver')
     CONF.set_override('enabled_drivers', ['fake_driver'], 'agent')
+    # Development settings: no Keystone, and no service token for binds.
+    CONF.set_override('auth_strategy', 'noauth', 'api')
+    CONF.set_override('require_service_token', False, 'api')
     return url
 
 
@@ -83,6 +90,27 @@ def _print_inventory(devices: list[dict]) -> None:
         print(f"  service {svc['binary']} on {svc['host']}: {state}")
 
 
+class _Closing:
+    """Stops an HTTP server along with the services."""
+
+    def __init__(self, server) -> None:
+        self.server = server
+
+    def stop(self) -> None:
+        self.server.close()
+
+
+def _print_tour(endpoint: str) -> None:
+    print(f"""
+API: {endpoint}  (no Keystone: the token "admin" is an administrator)
+
+Try:
+  curl -s -H 'X-Auth-Token: admin' {endpoint}/devices
+  openstack --os-auth-type admin_token --os-endpoint {endpoint} \\
+      --os-token admin accelerator device list
+""", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     url = _configure(args)
@@ -98,8 +126,13 @@ def main(argv: list[str] | None = None) -> int:
                     agent_service.build(CONF)):
             svc.start()
             running.append(svc)
+        server = api_cmd.create_server('127.0.0.1', args.port, 4)
+        threading.Thread(target=server.run, name='api', daemon=True).start()
+        running.append(_Closing(server))
+        endpoint = f'http://127.0.0.1:{server.effective_port}/v2'
         print(f'cyborg-aio: database {url}, in-process RPC.')
         _print_inventory(_wait_for_devices(CONF.host))
+        _print_tour(endpoint)
         if not args.once:
             print('Running; press Ctrl-C to stop.', flush=True)
             while not stop.wait(1):

@@ -16,11 +16,43 @@ api_opts = [
         'port',
         default=6666,
         help='Port cyborg-api listens on when it runs its own HTTP server.'),
+    cfg.IntOpt(
+        'threads',
+        default=8,
+        min=1,
+        help='Worker threads of the HTTP server cyborg-api runs; each '
+             'handles one request at a time.'),
     cfg.StrOpt(
         'public_endpoint',
         help='Public URL of the API, used in the links of responses, e.g. '
              '"https://cloud.example.com/accelerator". When unset the URL '
              'the request came in on is used.'),
+    cfg.StrOpt(
+        'auth_strategy',
+        default='keystone',
+        choices=[('keystone', 'Validate tokens with keystonemiddleware; '
+                              'configure [keystone_authtoken].'),
+                 ('noauth', 'No token validation, for development and the '
+                            'all-in-one service only. The token "admin" '
+                            'gives an administrator of project "admin"; '
+                            'X-Roles, X-Project-Id and X-Service-Roles '
+                            'headers are trusted as sent.')],
+        help='How API requests are authenticated.'),
+    cfg.BoolOpt(
+        'require_service_token',
+        default=True,
+        help='Binding and unbinding accelerator requests, deleting them by '
+             'instance and deleting a bound request are Nova\'s business: '
+             'require a valid service token (X-Service-Token with one of '
+             '[keystone_authtoken] service_token_roles) for them. Nova '
+             'sends one when [service_user] send_service_user_token = '
+             'true. Disable only when Nova cannot send service tokens.'),
+    cfg.IntOpt(
+        'max_limit',
+        default=1000,
+        min=1,
+        help='The most items one page of a list returns (microversion 2.4 '
+             'and later); a larger "limit" is reduced to this.'),
 ]
 
 

@@ -3,8 +3,14 @@ from collections.abc import Iterator
 
 from oslo_policy import policy
 
+from cyborg.policies import arq
+from cyborg.policies import attribute
 from cyborg.policies import base
+from cyborg.policies import deployable
+from cyborg.policies import device
+from cyborg.policies import device_profile
 
 
 def list_policies() -> Iterator[policy.RuleDefault]:
-    yield from base.list_rules()
+    for module in (base, device_profile, arq, device, deployable, attribute):
+        yield from module.list_rules()

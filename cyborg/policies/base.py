@@ -29,9 +29,27 @@ rules = [
                        'rule:project_manager_api or rule:admin_api',
                        description='A project manager or an administrator.'),
     policy.RuleDefault('project_member_or_service',
-                       'rule:project_member_api or rule:service_api',
-                       description='A project member or a service.'),
+                       'rule:project_member_api or rule:service_api '
+                       'or rule:admin_api',
+                       description='A project member, a service or an '
+                                   'administrator.'),
+    policy.RuleDefault('project_reader_or_service',
+                       'rule:project_reader_api or rule:service_api '
+                       'or rule:admin_api',
+                       description='A project reader, a service or an '
+                                   'administrator.'),
 ]
+
+PROJECT_SCOPE = ['project']
+
+
+def rule(name: str, check_str: str, description: str,
+         operations: list[tuple[str, str]]) -> policy.DocumentedRuleDefault:
+    """A project-scoped rule for one API operation."""
+    return policy.DocumentedRuleDefault(
+        name=name, check_str=check_str, description=description,
+        operations=[{'method': m, 'path': p} for m, p in operations],
+        scope_types=PROJECT_SCOPE)
 
 
 def list_rules() -> list[policy.RuleDefault]:

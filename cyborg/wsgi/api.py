@@ -9,13 +9,17 @@ import os
 import cyborg.cmd  # noqa: F401  (native threads first)
 from cyborg.api import app
 from cyborg.cmd import common
+from cyborg.common import rpc
 from cyborg.conf import CONF
+from cyborg.db import api as db_api
 
 
 def init_application():
     files = os.environ.get('OS_CYBORG_CONFIG_FILES')
     common.parse_args(
         [], default_config_files=files.split(';') if files else None)
+    db_api.configure(CONF)
+    rpc.init(CONF)
     return app.setup_app(CONF)
 
 

@@ -1,4 +1,4 @@
-"""The committed sample configuration and the help text of every option."""
+"""The committed samples (configuration, policy) and every option's help."""
 import difflib
 import os
 import pathlib
@@ -13,44 +13,55 @@ from cyborg.conf import opts
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 GENERATOR_CONF = ROOT / 'tools' / 'config' / 'cyborg-config-generator.conf'
 SAMPLE = ROOT / 'etc' / 'cyborg' / 'cyborg.conf.sample'
+# (generator module, its config, the committed sample, the tox env)
+SAMPLES = [
+    ('oslo_config.generator', GENERATOR_CONF, SAMPLE, 'genconfig'),
+    ('oslo_policy.generator',
+     ROOT / 'tools' / 'config' / 'cyborg-policy-generator.conf',
+     ROOT / 'etc' / 'cyborg' / 'policy.yaml.sample', 'genpolicy'),
+]
 
 # Library defaults read from the environment; the committed sample must
 # not depend on who generated it.
 _ENV_DEFAULTS = ('OSLO_LOCK_PATH',)
 
 
-def _generate(output: pathlib.Path) -> None:
+def _generate(module: str, config: pathlib.Path,
+              output: pathlib.Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in _ENV_DEFAULTS}
     # A child process: the generator imports every library namespace,
     # some of which pull in modules cyborg itself never loads.
+    entry = ('generate_sample' if module == 'oslo_policy.generator'
+             else 'main')
     proc = subprocess.run(
-        [sys.executable, '-m', 'oslo_config.generator',
-         '--config-file', str(GENERATOR_CONF),
-         '--output-file', str(output)],
+        [sys.executable, '-c',
+         f'import sys; from {module} import {entry}; sys.exit({entry}())',
+         '--config-file', str(config), '--output-file', str(output)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, (
-        f'oslo-config-generator failed:\n{proc.stderr}')
+    assert proc.returncode == 0, f'{module} failed:\n{proc.stderr}'
 
 
 @pytest.mark.skipif(not GENERATOR_CONF.exists(),
                     reason='not a source tree: no generator config')
-def test_sample_config_is_up_to_date(tmp_path):
-    generated = tmp_path / 'cyborg.conf.sample'
-    _generate(generated)
+@pytest.mark.parametrize('module, config, sample, tox_env', SAMPLES,
+                         ids=['config', 'policy'])
+def test_sample_is_up_to_date(tmp_path, module, config, sample, tox_env):
+    generated = tmp_path / sample.name
+    _generate(module, config, generated)
     expected = generated.read_text().splitlines(keepends=True)
-    committed = (SAMPLE.read_text().splitlines(keepends=True)
-                 if SAMPLE.exists() else [])
+    committed = (sample.read_text().splitlines(keepends=True)
+                 if sample.exists() else [])
+    name = sample.relative_to(ROOT)
     if committed != expected:
         diff = ''.join(difflib.unified_diff(
-            committed, expected, 'etc/cyborg/cyborg.conf.sample (committed)',
-            'etc/cyborg/cyborg.conf.sample (generated)'))
+            committed, expected, f'{name} (committed)',
+            f'{name} (generated)'))
         lines = diff.splitlines()
         if len(lines) > 60:
             diff = '\n'.join(lines[:60] + ['...'])
         pytest.fail(
-            'etc/cyborg/cyborg.conf.sample is out of date with the options; '
-            'run `tox -e genconfig` and commit the result.\n' + diff,
-            pytrace=False)
+            f'{name} is out of date; run `tox -e {tox_env}` and commit the '
+            'result.\n' + diff, pytrace=False)
 
 
 def _all_opts() -> list[tuple[str, cfg.Opt]]:

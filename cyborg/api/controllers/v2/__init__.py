@@ -4,10 +4,21 @@ from typing import Any
 import pecan
 from pecan import rest
 
+from cyborg.api.controllers.v2 import arqs
+from cyborg.api.controllers.v2 import attributes
+from cyborg.api.controllers.v2 import deployables
+from cyborg.api.controllers.v2 import device_profiles
+from cyborg.api.controllers.v2 import devices
 from cyborg.api.controllers.version_doc import version_document
 
 
 class V2Controller(rest.RestController):
+
+    device_profiles = device_profiles.DeviceProfilesController()
+    accelerator_requests = arqs.ARQsController()
+    devices = devices.DevicesController()
+    deployables = deployables.DeployablesController()
+    attributes = attributes.AttributesController()
 
     @pecan.expose('json')
     def get(self) -> dict[str, Any]:

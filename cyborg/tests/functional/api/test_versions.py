@@ -9,6 +9,11 @@ from cyborg.api import app
 
 @pytest.fixture
 def api(conf):
+    """The app with keystone authentication: version documents need none.
+
+    Nothing here reaches the conductor, so no transport is needed.
+    """
+    conf.set_override('auth_strategy', 'keystone', 'api')
     return webtest.TestApp(app.setup_app(conf))
 
 
@@ -22,7 +27,7 @@ def test_root_lists_v2_without_a_token(api):
     assert body['versions'] == [body['default_version']]
     v2 = body['default_version']
     assert (v2['id'], v2['status']) == ('v2', 'CURRENT')
-    assert (v2['min_version'], v2['max_version']) == ('2.0', '2.3')
+    assert (v2['min_version'], v2['max_version']) == ('2.0', '2.4')
     assert v2['links'] == [{'rel': 'self', 'href': 'http://localhost/v2/'}]
 
 
@@ -33,13 +38,13 @@ def test_v2_document_and_headers(api, path):
     assert response.json['links'][0]['href'] == 'http://localhost/v2/'
     assert response.headers['OpenStack-API-Version'] == 'accelerator 2.0'
     assert response.headers['OpenStack-API-Minimum-Version'] == '2.0'
-    assert response.headers['OpenStack-API-Maximum-Version'] == '2.3'
+    assert response.headers['OpenStack-API-Maximum-Version'] == '2.4'
     assert 'OpenStack-API-Version' in response.headers['Vary']
 
 
 @pytest.mark.parametrize('header, expected', [
     ('accelerator 2.2', 'accelerator 2.2'),
-    ('accelerator latest', 'accelerator 2.3'),
+    ('accelerator latest', 'accelerator 2.4'),
     ('2.1', 'accelerator 2.1'),
     ('compute 2.90', 'accelerator 2.0'),
     ('compute 2.90, accelerator 2.3', 'accelerator 2.3'),
@@ -50,7 +55,7 @@ def test_microversion_negotiation(api, header, expected):
 
 
 @pytest.mark.parametrize('header, message', [
-    ('accelerator 2.9', 'The supported version range is: [2.0, 2.3]'),
+    ('accelerator 2.9', 'The supported version range is: [2.0, 2.4]'),
     ('accelerator 1.0', 'Version 1.0 was requested'),
     ('accelerator 10', 'Invalid value for OpenStack-API-Version'),
 ])
@@ -70,8 +75,11 @@ def test_public_endpoint_sets_links(api, conf):
         'https://cloud.example/accelerator/v2/')
 
 
-def test_unknown_path_is_a_json_404(api):
-    fault = _fault(api.get('/v2/no_such_thing', status=404))
+def test_unknown_path_is_a_json_404(api, conf):
+    conf.set_override('auth_strategy', 'noauth', 'api')
+    noauth = webtest.TestApp(app.setup_app(conf))
+    fault = _fault(noauth.get('/v2/no_such_thing', status=404,
+                              headers={'X-Auth-Token': 'admin'}))
     assert 'could not be found' in fault['faultstring']
 
 

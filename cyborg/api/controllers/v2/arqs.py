@@ -1,0 +1,174 @@
+"""/v2/accelerator_requests: create, list, show, bind/unbind, delete."""
+from http import HTTPStatus
+from typing import Any
+
+import pecan
+from oslo_config import cfg
+from oslo_utils import uuidutils
+from pecan import rest
+from wsme import types as wtypes
+
+from cyborg import context as cyborg_context
+from cyborg.api.controllers import base
+from cyborg.api.controllers import link
+from cyborg.api.expose import expose
+from cyborg.api.schemas import arq as schema
+from cyborg.common import exception
+from cyborg.common import policy
+from cyborg.conf import CONF
+from cyborg.db.api import arqs as arq_db
+
+SERVICE_TOKEN_MESSAGE = ('This operation requires a service token. Use the '
+                         'Compute API to manage instance accelerators.')
+
+
+class ARQ(wtypes.Base):
+    """An accelerator request as the API shows it."""
+
+    uuid = wtypes.text
+    state = wtypes.text
+    device_profile_name = wtypes.text
+    device_profile_group_id = int
+    hostname = wtypes.text
+    device_rp_uuid = wtypes.text
+    instance_uuid = wtypes.text
+    project_id = wtypes.text
+    attach_handle_type = wtypes.text
+    attach_handle_uuid = wtypes.text
+    attach_handle_info = {wtypes.text: wtypes.text}
+    links = base.LIST_OF_STRING_DICTS
+    created_at = wtypes.text
+    updated_at = wtypes.text
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> 'ARQ':
+        fields = {k: values[k] for k in (
+            'uuid', 'state', 'device_profile_name',
+            'device_profile_group_id', 'hostname', 'device_rp_uuid',
+            'instance_uuid', 'project_id', 'attach_handle_type',
+            'attach_handle_uuid', 'attach_handle_info')}
+        return cls(created_at=base.timestamp(values['created_at']),
+                   updated_at=base.timestamp(values['updated_at']),
+                   links=[link.make_link('self', 'v2',
+                                         'accelerator_requests',
+                                         values['uuid'])],
+                   **fields)
+
+
+class ARQCollection(wtypes.Base):
+    arqs = [ARQ]
+    next = wtypes.text
+
+
+def _project_scope(ctx: cyborg_context.RequestContext) -> str | None:
+    """None when the caller sees every project, else its own project."""
+    if policy.check(ctx, 'cyborg:arq:all_projects'):
+        return None
+    return ctx.project_id
+
+
+def _service_token_roles() -> set[str]:
+    try:
+        return set(CONF.keystone_authtoken.service_token_roles)
+    except (cfg.NoSuchOptError, cfg.NoSuchGroupError):
+        # keystonemiddleware registers its options only when it is used.
+        return {'service'}
+
+
+def _has_service_token(ctx: cyborg_context.RequestContext) -> bool:
+    return bool(set(ctx.service_roles or []) & _service_token_roles())
+
+
+def _require_service_token(ctx: cyborg_context.RequestContext,
+                           message: str = SERVICE_TOKEN_MESSAGE) -> None:
+    if CONF.api.require_service_token and not _has_service_token(ctx):
+        raise exception.Forbidden(message)
+
+
+class ARQsController(rest.RestController):
+
+    @expose(ARQCollection, body=base.jsontype,
+              status_code=HTTPStatus.CREATED)
+    def post(self, body: Any) -> ARQCollection:
+        ctx = base.authorize('cyborg:arq:create')
+        name = schema.validate_create(body)
+        created = pecan.request.conductor_api.arq_create(
+            ctx, name, ctx.project_id)
+        return ARQCollection(arqs=[ARQ.from_dict(a) for a in created])
+
+    @expose(ARQCollection, wtypes.text, wtypes.text, wtypes.text,
+              wtypes.text)
+    def get_all(self, instance: str | None = None,
+                bind_state: str | None = None, limit: str | None = None,
+                marker: str | None = None) -> ARQCollection:
+        ctx = base.authorize('cyborg:arq:get_all')
+        page = base.Page(limit, marker)
+        if bind_state is not None and bind_state != 'resolved':
+            raise base.legacy_error(
+                f'bind_state must be "resolved", not {bind_state!r}.')
+        project = _project_scope(ctx)
+        resolved = bind_state == 'resolved'
+        if (resolved and instance is not None
+                and arq_db.count_unresolved(ctx, instance, project)):
+            raise exception.Locked(
+                reason=f'Accelerator requests of instance {instance} are '
+                       'still being bound.')
+        found, more = arq_db.get_all(
+            ctx, project, instance,
+            resolved_only=resolved and instance is None,
+            size=page.size, marker=page.marker)
+        collection = ARQCollection(arqs=[ARQ.from_dict(a) for a in found])
+        next_link = page.next_link('accelerator_requests', found, more)
+        if next_link:
+            collection.next = next_link
+        return collection
+
+    @expose(ARQ, wtypes.text)
+    def get_one(self, uuid: str) -> ARQ:
+        ctx = base.authorize('cyborg:arq:get_one')
+        if not uuidutils.is_uuid_like(uuid):
+            raise exception.ARQNotFound(uuids=uuid)
+        return ARQ.from_dict(arq_db.get(ctx, uuid, _project_scope(ctx)))
+
+    @expose(None, wtypes.text, body=base.jsontype,
+              status_code=HTTPStatus.ACCEPTED)
+    def patch(self, uuid: str | None = None, body: Any = None) -> None:
+        ctx = base.authorize('cyborg:arq:update')
+        binds, unbinds = schema.validate_patch(body, uuid)
+        if any('project_id' in b for b in binds.values()):
+            base.require_version(2, 1, 'The /project_id operation')
+            policy.authorize(ctx, 'cyborg:arq:set_project')
+        _require_service_token(ctx)
+        # Every request must be visible to the caller: 404 otherwise.
+        arq_db.get_by_uuids(ctx, list(binds) + unbinds, _project_scope(ctx))
+        pecan.request.conductor_api.arq_apply_patch(ctx, binds, unbinds)
+
+    @expose(None, wtypes.text, wtypes.text, wtypes.text,
+              status_code=HTTPStatus.NO_CONTENT)
+    def delete(self, uuid: str | None = None, arqs: str | None = None,
+               instance: str | None = None) -> None:
+        ctx = base.authorize('cyborg:arq:delete')
+        uuids = base.split_list(arqs) if arqs is not None else []
+        if uuid is not None:
+            uuids.append(uuid)
+        if bool(uuids) == (instance is not None):
+            raise base.legacy_error(
+                'Name the accelerator requests to delete with ?arqs=<uuid>,'
+                '<uuid> (or in the path), or ?instance=<uuid>; not both.')
+        api = pecan.request.conductor_api
+        if instance is not None:
+            _require_service_token(ctx)
+            api.arq_delete(ctx, instance_uuid=instance)
+            return
+        bad = [u for u in uuids if not uuidutils.is_uuid_like(u)]
+        if bad:
+            raise exception.ARQNotFound(uuids=', '.join(bad))
+        found = arq_db.get_by_uuids(ctx, uuids, _project_scope(ctx))
+        for arq in found:
+            if arq['instance_uuid']:
+                _require_service_token(
+                    ctx, f'ARQ {arq["uuid"]} is bound to instance '
+                         f'{arq["instance_uuid"]}. Use the Compute API to '
+                         'manage instance accelerators.')
+        api.arq_delete(ctx, uuids=uuids)
+

@@ -1,0 +1,154 @@
+"""/v2/deployables: list and show deployables; the FPGA program PATCH."""
+from typing import Any
+
+from oslo_utils import uuidutils
+from pecan import rest
+from wsme import types as wtypes
+
+from cyborg.api import schemas
+from cyborg.api.controllers import base
+from cyborg.api.controllers import link
+from cyborg.api.expose import expose
+from cyborg.common import exception
+from cyborg.db.api import deployables
+
+# [{"path": "/program", "op": "replace", "value": [{"image_uuid": u}]}]
+PROGRAM_SCHEMA: dict[str, Any] = {
+    'type': 'array',
+    'minItems': 1,
+    'maxItems': 1,
+    'items': {
+        'type': 'object',
+        'properties': {
+            'path': {'const': '/program'},
+            'op': {'const': 'replace'},
+            'value': {
+                'type': 'array',
+                'minItems': 1,
+                'maxItems': 1,
+                'items': {
+                    'type': 'object',
+                    'properties': {'image_uuid': {'type': 'string'}},
+                    'required': ['image_uuid'],
+                    'additionalProperties': False,
+                },
+            },
+        },
+        'required': ['path', 'op', 'value'],
+        'additionalProperties': False,
+    },
+}
+
+
+class ProgramNotSupported(exception.Conflict):
+    msg_fmt = ('Deployable %(uuid)s (driver %(driver)s) cannot be '
+               'programmed: the driver has no programming support.')
+
+
+class Deployable(wtypes.Base):
+    """A deployable as the API shows it."""
+
+    uuid = wtypes.text
+    parent_id = int
+    root_id = int
+    name = wtypes.text
+    num_accelerators = int
+    # The device's integer id, as clients know it.
+    device_id = int
+    # A JSON string of single-key objects, e.g. '[{"rc": "FPGA"}]'.
+    attributes_list = wtypes.text
+    rp_uuid = wtypes.text
+    driver_name = wtypes.text
+    bitstream_id = wtypes.text
+    links = base.LIST_OF_STRING_DICTS
+    created_at = wtypes.text
+    updated_at = wtypes.text
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> 'Deployable':
+        fields = {k: values[k] for k in (
+            'uuid', 'parent_id', 'root_id', 'name', 'num_accelerators',
+            'device_id', 'attributes_list', 'rp_uuid', 'driver_name',
+            'bitstream_id')}
+        return cls(links=[link.make_link('self', 'v2', 'deployables',
+                                         values['uuid']),
+                          link.make_link('bookmark', 'deployables',
+                                         values['uuid'])],
+                   created_at=base.timestamp(values['created_at']),
+                   updated_at=base.timestamp(values['updated_at']),
+                   **fields)
+
+
+class DeployableCollection(wtypes.Base):
+    # tempest checks that ``deployables`` is the first key.
+    deployables = [Deployable]
+    next = wtypes.text
+
+
+def _not_found(uuid: str) -> exception.CyborgException:
+    return exception.ResourceNotFound(resource='Deployable', id=uuid)
+
+
+def _device_id(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise exception.Invalid(
+            reason=f'device_id must be an integer, not {value!r}.') from None
+
+
+def _validate_program(body: Any) -> str:
+    """The image uuid of a program PATCH body."""
+    schemas.validate(PROGRAM_SCHEMA, body, 'Program request')
+    return base.check_uuid(body[0]['value'][0]['image_uuid'], 'image_uuid')
+
+
+class DeployablesController(rest.RestController):
+
+    @expose(DeployableCollection, wtypes.text, wtypes.text, wtypes.text,
+            wtypes.text, wtypes.text)
+    def get_all(self, name: str | None = None, device_id: str | None = None,
+                rp_uuid: str | None = None, limit: str | None = None,
+                marker: str | None = None) -> DeployableCollection:
+        ctx = base.authorize('cyborg:deployable:get_all')
+        page = base.Page(limit, marker)
+        found, more = deployables.get_all(
+            ctx, name=name, device_id=_device_id(device_id),
+            rp_uuid=rp_uuid, size=page.size, marker=page.marker)
+        collection = DeployableCollection(
+            deployables=[Deployable.from_dict(d) for d in found])
+        next_link = page.next_link('deployables', found, more)
+        if next_link:
+            collection.next = next_link
+        return collection
+
+    @expose(Deployable, wtypes.text)
+    def get_one(self, uuid: str) -> Deployable:
+        ctx = base.authorize('cyborg:deployable:get_one')
+        if not uuidutils.is_uuid_like(uuid):
+            raise _not_found(uuid)
+        return Deployable.from_dict(deployables.get(ctx, uuid))
+
+    @expose(Deployable, wtypes.text, wtypes.text, wtypes.text,
+            body=base.jsontype)
+    def patch(self, uuid: str, action: str | None = None,
+              again: str | None = None, body: Any = None) -> Deployable:
+        """``PATCH /deployables/{uuid}/program``: program an FPGA.
+
+        openstacksdk sends ``/deployables/{uuid}/program/{uuid}``, the
+        uuid twice; that path is accepted too.
+        """
+        ctx = base.authorize('cyborg:deployable:program')
+        if action != 'program' or again not in (None, uuid):
+            raise exception.NotFound(
+                'The only PATCH of a deployable is '
+                'PATCH /deployables/{uuid}/program.')
+        if not uuidutils.is_uuid_like(uuid):
+            raise _not_found(uuid)
+        _validate_program(body)
+        found = deployables.get(ctx, uuid)
+        # Programming runs on the agent with an image read from Glance; no
+        # driver supports it yet, so every deployable answers 409.
+        raise ProgramNotSupported(uuid=uuid, driver=found['driver_name'])

@@ -1,0 +1,112 @@
+"""/v2/device_profiles: create, list, show and delete device profiles."""
+from http import HTTPStatus
+from typing import Any
+
+import pecan
+from oslo_utils import uuidutils
+from pecan import rest
+from wsme import types as wtypes
+
+from cyborg.api.controllers import base
+from cyborg.api.controllers import link
+from cyborg.api.expose import expose
+from cyborg.api.schemas import device_profile as schema
+from cyborg.common import exception
+from cyborg.db.api import device_profiles
+
+
+class DeviceProfile(wtypes.Base):
+    """A device profile as the API shows it."""
+
+    uuid = wtypes.text
+    name = wtypes.text
+    description = wtypes.text
+    groups = base.LIST_OF_STRING_DICTS
+    created_at = wtypes.text
+    updated_at = wtypes.text
+    links = base.LIST_OF_STRING_DICTS
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> 'DeviceProfile':
+        return cls(uuid=values['uuid'], name=values['name'],
+                   description=values['description'],
+                   groups=values['groups'],
+                   created_at=base.timestamp(values['created_at']),
+                   updated_at=base.timestamp(values['updated_at']),
+                   links=[link.make_link('self', 'v2', 'device_profiles',
+                                         values['uuid'])])
+
+
+class DeviceProfileCollection(wtypes.Base):
+    device_profiles = [DeviceProfile]
+    next = wtypes.text
+
+
+class DeviceProfileEnvelope(wtypes.Base):
+    """``GET /device_profiles/{id}`` wraps the profile, as clients expect."""
+
+    device_profile = DeviceProfile
+
+
+class DeviceProfilesController(rest.RestController):
+
+    @expose(DeviceProfile, body=base.jsontype,
+              status_code=HTTPStatus.CREATED)
+    def post(self, body: Any) -> DeviceProfile:
+        ctx = base.authorize('cyborg:device_profile:create')
+        values = schema.validate_create(body)
+        try:
+            created = pecan.request.conductor_api.device_profile_create(
+                ctx, values)
+        except exception.DuplicateDeviceProfileUUID as exc:
+            # Clients of 2.0-2.3 expect a server error for this one.
+            if not base.strict():
+                raise exception.LegacyServerError(reason=str(exc)) from None
+            raise
+        return DeviceProfile.from_dict(created)
+
+    @expose(DeviceProfileCollection, wtypes.text, wtypes.text,
+              wtypes.text)
+    def get_all(self, name: str | None = None, limit: str | None = None,
+                marker: str | None = None) -> DeviceProfileCollection:
+        ctx = base.authorize('cyborg:device_profile:get_all')
+        page = base.Page(limit, marker)
+        names = base.split_list(name) if name is not None else None
+        if name is not None and not names:
+            return DeviceProfileCollection(device_profiles=[])
+        found, more = device_profiles.get_all(ctx, names, page.size,
+                                              page.marker)
+        collection = DeviceProfileCollection(
+            device_profiles=[DeviceProfile.from_dict(p) for p in found])
+        next_link = page.next_link('device_profiles', found, more)
+        if next_link:
+            collection.next = next_link
+        return collection
+
+    @expose(DeviceProfileEnvelope, wtypes.text)
+    def get_one(self, uuid_or_name: str) -> DeviceProfileEnvelope:
+        ctx = base.authorize('cyborg:device_profile:get_one')
+        if uuidutils.is_uuid_like(uuid_or_name):
+            found = device_profiles.get(ctx, uuid=uuid_or_name)
+        else:
+            base.require_version(2, 2, 'Showing a device profile by name')
+            found = device_profiles.get(ctx, name=uuid_or_name)
+        return DeviceProfileEnvelope(
+            device_profile=DeviceProfile.from_dict(found))
+
+    @expose(None, wtypes.text, wtypes.text,
+              status_code=HTTPStatus.NO_CONTENT)
+    def delete(self, uuid_or_name: str | None = None,
+               value: str | None = None) -> None:
+        ctx = base.authorize('cyborg:device_profile:delete')
+        items = base.split_list(value) if value is not None else []
+        if uuid_or_name is not None:
+            items.append(uuid_or_name)
+        if not items:
+            raise exception.Invalid(
+                reason='Name the device profiles to delete: '
+                       'DELETE /device_profiles/{uuid or name} or '
+                       'DELETE /device_profiles?value=name1,name2.')
+        uuids = [i for i in items if uuidutils.is_uuid_like(i)]
+        names = [i for i in items if not uuidutils.is_uuid_like(i)]
+        pecan.request.conductor_api.device_profile_delete(ctx, uuids, names)

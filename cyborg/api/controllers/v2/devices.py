@@ -1,0 +1,114 @@
+"""/v2/devices: list and show devices, take them out of scheduling."""
+from http import HTTPStatus
+from typing import Any
+
+import pecan
+from oslo_utils import uuidutils
+from pecan import rest
+from wsme import types as wtypes
+
+from cyborg.api.controllers import base
+from cyborg.api.controllers import link
+from cyborg.api.expose import expose
+from cyborg.common import exception
+from cyborg.db.api import devices
+
+# Microversion that added ``status``.
+STATUS_VERSION = (2, 3)
+
+
+class Device(wtypes.Base):
+    """A device as the API shows it; ``status`` from microversion 2.3."""
+
+    uuid = wtypes.text
+    type = wtypes.text
+    vendor = wtypes.text
+    model = wtypes.text
+    # JSON documents sent as strings, as the clients expect.
+    std_board_info = wtypes.text
+    vendor_board_info = wtypes.text
+    hostname = wtypes.text
+    status = wtypes.text
+    links = base.LIST_OF_STRING_DICTS
+    created_at = wtypes.text
+    updated_at = wtypes.text
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> 'Device':
+        device = cls(uuid=values['uuid'], type=values['type'],
+                     vendor=values['vendor'], model=values['model'],
+                     std_board_info=values['std_board_info'],
+                     vendor_board_info=values['vendor_board_info'],
+                     hostname=values['hostname'],
+                     links=[link.make_link('self', 'v2', 'devices',
+                                           values['uuid'])],
+                     created_at=base.timestamp(values['created_at']),
+                     updated_at=base.timestamp(values['updated_at']))
+        if base.version_at_least(*STATUS_VERSION):
+            device.status = values['status']
+        return device
+
+
+class DeviceCollection(wtypes.Base):
+    # tempest checks that ``devices`` is the first key.
+    devices = [Device]
+    next = wtypes.text
+
+
+def _existing_uuid(uuid: str) -> str:
+    """``uuid`` if it can name a device; 404 otherwise (never a 500)."""
+    if not uuidutils.is_uuid_like(uuid):
+        raise exception.ResourceNotFound(resource='Device', id=uuid)
+    return uuid
+
+
+def _empty_200() -> None:
+    """Answer 200 with an empty body, as clients of enable/disable expect.
+
+    pecan turns an empty 200 into a 204, except when the body is a
+    generator; this one yields a single empty chunk.
+    """
+    pecan.response.app_iter = (chunk for chunk in (b'',))
+
+
+class DevicesController(rest.RestController):
+
+    # POST /devices/{uuid}/disable and /devices/{uuid}/enable
+    _custom_actions = {'disable': ['POST'], 'enable': ['POST']}
+
+    @expose(DeviceCollection, wtypes.text, wtypes.text, wtypes.text,
+            wtypes.text, wtypes.text)
+    def get_all(self, type: str | None = None, vendor: str | None = None,
+                hostname: str | None = None, limit: str | None = None,
+                marker: str | None = None) -> DeviceCollection:
+        ctx = base.authorize('cyborg:device:get_all')
+        page = base.Page(limit, marker)
+        found, more = devices.get_all(ctx, type=type, vendor=vendor,
+                                      hostname=hostname, size=page.size,
+                                      marker=page.marker)
+        collection = DeviceCollection(
+            devices=[Device.from_dict(d) for d in found])
+        next_link = page.next_link('devices', found, more)
+        if next_link:
+            collection.next = next_link
+        return collection
+
+    @expose(Device, wtypes.text)
+    def get_one(self, uuid: str) -> Device:
+        ctx = base.authorize('cyborg:device:get_one')
+        return Device.from_dict(devices.get(ctx, _existing_uuid(uuid)))
+
+    @expose(None, wtypes.text, status_code=HTTPStatus.OK)
+    def disable(self, uuid: str) -> None:
+        """Maintenance: the device's accelerators are not scheduled."""
+        ctx = base.authorize('cyborg:device:disable')
+        pecan.request.conductor_api.device_set_status(
+            ctx, _existing_uuid(uuid), 'maintaining')
+        _empty_200()
+
+    @expose(None, wtypes.text, status_code=HTTPStatus.OK)
+    def enable(self, uuid: str) -> None:
+        ctx = base.authorize('cyborg:device:enable')
+        pecan.request.conductor_api.device_set_status(
+            ctx, _existing_uuid(uuid), 'enabled')
+        _empty_200()

@@ -1,0 +1,110 @@
+"""Validation of accelerator-request bodies: create and the bind PATCH."""
+from typing import Any
+
+from oslo_utils import uuidutils
+
+from cyborg.api import schemas
+from cyborg.api.controllers import base
+from cyborg.common import exception
+
+CREATE_SCHEMA: dict[str, Any] = {
+    'type': 'object',
+    'properties': {
+        'device_profile_name': {'type': 'string', 'maxLength': 255},
+        # python-cyborgclient sends these two, always null.
+        'device_profile_group_id': {'type': ['integer', 'null']},
+        'image_uuid': {'type': ['string', 'null']},
+    },
+    'additionalProperties': False,
+}
+
+PATCH_PATHS = ('/hostname', '/device_rp_uuid', '/instance_uuid',
+               '/project_id')
+BIND_FIELDS = ('hostname', 'device_rp_uuid', 'instance_uuid')
+
+OPS_SCHEMA: dict[str, Any] = {
+    'type': 'array',
+    'minItems': 1,
+    'items': {
+        'type': 'object',
+        'properties': {
+            'op': {'enum': ['add', 'remove']},
+            'path': {'enum': list(PATCH_PATHS)},
+            'value': {'type': ['string', 'null'], 'maxLength': 255},
+        },
+        'required': ['op', 'path'],
+        'additionalProperties': False,
+    },
+}
+
+
+def validate_create(body: Any) -> str:
+    """The profile name of a create body."""
+    if not isinstance(body, dict):
+        raise exception.Invalid(
+            reason='The body must be an object such as '
+                   '{"device_profile_name": "my-dp"}.')
+    schemas.validate(CREATE_SCHEMA, body, 'Accelerator request')
+    if 'device_profile_name' not in body:
+        raise base.legacy_error(
+            'An accelerator request needs "device_profile_name".')
+    return body['device_profile_name']
+
+
+def _bind_values(uuid: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for op in ops:
+        field = op['path'][1:]
+        if field in values:
+            raise exception.Invalid(
+                reason=f'{uuid}: {op["path"]} appears twice.')
+        if 'value' not in op or op['value'] in (None, ''):
+            raise exception.Invalid(
+                reason=f'{uuid}: "add" of {op["path"]} needs a value.')
+        values[field] = op['value']
+    absent = [f for f in BIND_FIELDS if f not in values]
+    if absent:
+        raise exception.Invalid(
+            reason=f'{uuid}: fields absent in patch: {", ".join(absent)}. '
+                   'A bind adds /hostname, /device_rp_uuid and '
+                   '/instance_uuid together.')
+    for field in ('device_rp_uuid', 'instance_uuid'):
+        if not uuidutils.is_uuid_like(values[field]):
+            raise exception.Invalid(
+                reason=f'{uuid}: {field} must be a UUID, not '
+                       f'{values[field]!r}.')
+    return values
+
+
+def validate_patch(body: Any, path_uuid: str | None
+                   ) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """(binds, unbinds) of a PATCH body ``{arq_uuid: [ops]}``.
+
+    Each ARQ's ops are all ``add`` (a bind) or all ``remove`` (an unbind).
+    """
+    if not isinstance(body, dict) or not body:
+        raise exception.Invalid(
+            reason='The body must map accelerator request uuids to JSON '
+                   'patches, e.g. {"<uuid>": [{"op": "add", "path": '
+                   '"/hostname", "value": "node1"}, ...]}.')
+    if path_uuid is not None and set(body) != {path_uuid}:
+        raise exception.Invalid(
+            reason=f'PATCH /accelerator_requests/{path_uuid} takes a body '
+                   f'about {path_uuid} only.')
+    binds: dict[str, dict[str, Any]] = {}
+    unbinds: list[str] = []
+    for uuid, ops in body.items():
+        if not uuidutils.is_uuid_like(uuid):
+            raise exception.Invalid(
+                reason=f'{uuid!r} is not an accelerator request uuid.')
+        schemas.validate(OPS_SCHEMA, ops, f'Patch of {uuid}')
+        kinds = {op['op'] for op in ops}
+        if len(kinds) != 1:
+            raise exception.Invalid(
+                reason=f'{uuid}: the operations of one request must be all '
+                       '"add" (bind) or all "remove" (unbind).')
+        if kinds == {'remove'}:
+            unbinds.append(uuid)
+        else:
+            binds[uuid] = _bind_values(uuid, ops)
+    return binds, unbinds

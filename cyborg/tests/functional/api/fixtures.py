@@ -1,0 +1,97 @@
+"""The API over HTTP (webtest) with a real database and conductor."""
+import dataclasses
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import webtest
+
+from cyborg import context as cyborg_context
+from cyborg.accelerator.drivers import fake
+from cyborg.api import app
+from cyborg.common import policy
+from cyborg.common import rpc
+from cyborg.common import service
+from cyborg.conductor import manager
+from cyborg.db.api import inventory
+
+ADMIN = {'X-Auth-Token': 'admin'}
+SERVICE = {'X-Auth-Token': 'nova:service-project', 'X-Roles': 'service',
+           'X-Service-Roles': 'service'}
+
+
+def user(project: str = 'p1', roles: str = 'member,reader',
+         service_token: bool = False) -> dict[str, str]:
+    """Headers of a (noauth) user of ``project`` with ``roles``."""
+    headers = {'X-Auth-Token': f'u-{project}:{project}', 'X-Roles': roles}
+    if service_token:
+        headers['X-Service-Roles'] = 'service'
+    return headers
+
+
+def version(v: str, headers: dict[str, str] | None = None
+            ) -> dict[str, str]:
+    return dict(headers or ADMIN, **{'OpenStack-API-Version':
+                                     f'accelerator {v}'})
+
+
+@dataclasses.dataclass
+class API:
+    """A running API: the webtest app and helpers around it."""
+
+    app: webtest.TestApp
+    conf: Any
+    conductor: service.Service
+
+    def stop_conductor(self) -> None:
+        self.conductor.stop()
+
+    def seed(self, host: str = 'cmp1', count: int = 1,
+             hostname: str | None = None) -> list[dict[str, Any]]:
+        """Devices of the fake driver on ``host``, as the conductor stores
+        them; returns them as inventory.get_host_devices does."""
+        self.conf.set_override('host', host)
+        self.conf.set_override('device_count', count, 'fake_driver')
+        report = {'hostname': hostname or host,
+                  'devices': [d.to_dict()
+                              for d in fake.FakeDriver(self.conf).discover()]}
+        ctx = cyborg_context.get_admin_context()
+        inventory.apply_report(ctx, host, report)
+        return inventory.get_host_devices(ctx, host)
+
+    def dp(self, name: str = 'dp1',
+           groups: list[dict[str, str]] | None = None) -> dict[str, Any]:
+        groups = groups or [{'resources:FPGA': '1',
+                             'trait:CUSTOM_FAKE_DEVICE': 'required'}]
+        return self.app.post_json('/v2/device_profiles',
+                                  [{'name': name, 'groups': groups}],
+                                  headers=ADMIN).json
+
+
+def _api(conf, engine) -> Iterator[API]:
+    conf.set_override('auth_strategy', 'noauth', 'api')
+    rpc.set_defaults(control_exchange=f'cyborg-api-{uuid.uuid4().hex[:8]}')
+    rpc.init(conf, url='fake://')
+    conductor = service.Service(rpc.CONDUCTOR_TOPIC, 'test-conductor',
+                                [manager.ConductorManager(conf)])
+    conductor.start()
+    try:
+        yield API(webtest.TestApp(app.setup_app(conf)), conf, conductor)
+    finally:
+        conductor.stop()
+        rpc.cleanup()
+        rpc.set_defaults()
+        policy.reset()
+
+
+@pytest.fixture
+def api(conf, sqlite_engine) -> Iterator[API]:
+    """The API on SQLite."""
+    yield from _api(conf, sqlite_engine)
+
+
+@pytest.fixture
+def api_all_dbs(conf, db_engine) -> Iterator[API]:
+    """The API on each of SQLite, MariaDB and PostgreSQL."""
+    yield from _api(conf, db_engine)

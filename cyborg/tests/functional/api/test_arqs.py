@@ -1,0 +1,363 @@
+"""/v2/accelerator_requests through HTTP: Nova's and the SDK's flows."""
+import json
+import uuid
+
+import pytest
+
+from cyborg.tests.functional.api.fixtures import ADMIN
+from cyborg.tests.functional.api.fixtures import SERVICE
+from cyborg.tests.functional.api.fixtures import user
+from cyborg.tests.functional.api.fixtures import version
+
+INSTANCE = '29901acf-5b5e-4a7f-8a3f-1b2c3d4e5f60'
+
+
+def _fault(response):
+    assert response.content_type == 'application/json'
+    return json.loads(response.json['error_message'])['faultstring']
+
+
+def _bind_body(arqs, hostname, rp_uuid, instance=INSTANCE):
+    return {a['uuid']: [
+        {'path': '/hostname', 'op': 'add', 'value': hostname},
+        {'path': '/device_rp_uuid', 'op': 'add', 'value': rp_uuid},
+        {'path': '/instance_uuid', 'op': 'add', 'value': instance}]
+        for a in arqs}
+
+
+def _create(api, name='dp1', headers=ADMIN):
+    return api.app.post_json('/v2/accelerator_requests',
+                             {'device_profile_name': name},
+                             headers=headers, status=201).json['arqs']
+
+
+@pytest.fixture
+def seeded(api):
+    devices = api.seed('cmp1', hostname='node1')
+    api.dp('dp1')
+    return devices[0]['deployables'][0]
+
+
+def test_create_one_arq_per_accelerator_summed_over_groups(api):
+    api.dp('multi', [{'resources:FPGA': '2', 'resources:CUSTOM_X': '1'},
+                     {'resources:PGPU': '1'}])
+    arqs = _create(api, 'multi')
+    assert [a['device_profile_group_id'] for a in arqs] == [0, 0, 0, 1]
+    arq = arqs[0]
+    assert arq['state'] == 'Initial'
+    assert arq['device_profile_name'] == 'multi'
+    assert arq['attach_handle_type'] == ''
+    assert arq['attach_handle_info'] == {}
+    assert arq['attach_handle_uuid'] is None
+    assert arq['hostname'] is None and arq['instance_uuid'] is None
+    assert arq['project_id'] == 'admin'
+
+
+@pytest.mark.parametrize('name', ['', 'fake_dp', '!@#$%^&*()=-[]'])
+def test_create_with_unknown_profile_is_404(api, name):
+    api.app.post_json('/v2/accelerator_requests',
+                      {'device_profile_name': name}, headers=ADMIN,
+                      status=404)
+
+
+def test_create_body_errors(api):
+    api.dp('dp1')
+    api.app.post_json('/v2/accelerator_requests', {}, headers=ADMIN,
+                      status=500)
+    api.app.post_json('/v2/accelerator_requests', {},
+                      headers=version('2.4'), status=400)
+    api.app.post_json('/v2/accelerator_requests',
+                      {'device_profile_name': 'dp1', 'extra': 1},
+                      headers=ADMIN, status=400)
+    # python-cyborgclient sends these as null
+    arqs = api.app.post_json(
+        '/v2/accelerator_requests',
+        {'device_profile_name': 'dp1', 'device_profile_group_id': None,
+         'image_uuid': None}, headers=ADMIN, status=201).json['arqs']
+    assert len(arqs) == 1
+    assert len(api.app.get('/v2/accelerator_requests',
+                           headers=ADMIN).json['arqs']) == 1
+
+
+def test_nova_bind_flow(api, seeded):
+    arqs = _create(api)
+    api.app.patch_json('/v2/accelerator_requests',
+                       _bind_body(arqs, 'node1', seeded['rp_uuid']),
+                       headers=SERVICE, status=202)
+    listed = api.app.get(f'/v2/accelerator_requests?instance={INSTANCE}',
+                         headers=SERVICE).json['arqs']
+    [arq] = listed
+    assert arq['state'] == 'Bound'
+    assert arq['hostname'] == 'node1'
+    assert arq['device_rp_uuid'] == seeded['rp_uuid']
+    assert arq['attach_handle_type'] == 'TEST_PCI'
+    info = arq['attach_handle_info']
+    assert info == {'domain': '0000', 'bus': '0c', 'device': '00',
+                    'function': '1'}
+    assert all(isinstance(v, str) for v in info.values())
+    resolved = api.app.get(f'/v2/accelerator_requests?instance={INSTANCE}'
+                           '&bind_state=resolved', headers=SERVICE).json
+    assert [a['uuid'] for a in resolved['arqs']] == [arq['uuid']]
+    # Nova deletes by instance when the server goes; twice is fine.
+    for _ in range(2):
+        api.app.delete(f'/v2/accelerator_requests?instance={INSTANCE}',
+                       headers=SERVICE, status=204)
+    assert api.app.get('/v2/accelerator_requests',
+                       headers=ADMIN).json['arqs'] == []
+    # The handle is free again.
+    again = _create(api)
+    api.app.patch_json('/v2/accelerator_requests',
+                       _bind_body(again, 'node1', seeded['rp_uuid']),
+                       headers=SERVICE, status=202)
+    arq = api.app.get(f'/v2/accelerator_requests/{again[0]["uuid"]}',
+                      headers=SERVICE).json
+    assert arq['attach_handle_info']['function'] == '1'
+
+
+def test_sdk_patch_and_delete_on_the_item(api, seeded):
+    [arq] = _create(api)
+    body = _bind_body([arq], 'node1', seeded['rp_uuid'])
+    api.app.patch_json(f'/v2/accelerator_requests/{arq["uuid"]}', body,
+                       headers=SERVICE, status=202)
+    assert api.app.get(f'/v2/accelerator_requests/{arq["uuid"]}',
+                       headers=ADMIN).json['state'] == 'Bound'
+    unbind = {arq['uuid']: [{'op': 'remove', 'path': p} for p in
+                            ('/hostname', '/instance_uuid',
+                             '/device_rp_uuid')]}
+    api.app.patch_json(f'/v2/accelerator_requests/{arq["uuid"]}', unbind,
+                       headers=SERVICE, status=202)
+    got = api.app.get(f'/v2/accelerator_requests/{arq["uuid"]}',
+                      headers=ADMIN).json
+    assert got['state'] == 'Unbound'
+    assert got['instance_uuid'] is None and got['attach_handle_info'] == {}
+    api.app.delete(f'/v2/accelerator_requests/{arq["uuid"]}',
+                   headers=ADMIN, status=204)
+    api.app.get(f'/v2/accelerator_requests/{arq["uuid"]}', headers=ADMIN,
+                status=404)
+
+
+def test_bind_needs_a_service_token(api, seeded):
+    arqs = _create(api)
+    body = _bind_body(arqs, 'node1', seeded['rp_uuid'])
+    response = api.app.patch_json('/v2/accelerator_requests', body,
+                                  headers=ADMIN, status=403)
+    assert 'requires a service token' in _fault(response)
+    response = api.app.delete(
+        f'/v2/accelerator_requests?instance={INSTANCE}', headers=ADMIN,
+        status=403)
+    assert 'requires a service token' in _fault(response)
+    api.conf.set_override('require_service_token', False, 'api')
+    api.app.patch_json('/v2/accelerator_requests', body, headers=ADMIN,
+                       status=202)
+
+
+def test_deleting_a_bound_arq_needs_a_service_token(api, seeded):
+    [arq] = _create(api)
+    api.app.patch_json('/v2/accelerator_requests',
+                       _bind_body([arq], 'node1', seeded['rp_uuid']),
+                       headers=SERVICE, status=202)
+    response = api.app.delete(
+        f'/v2/accelerator_requests?arqs={arq["uuid"]}', headers=ADMIN,
+        status=403)
+    assert f'ARQ {arq["uuid"]} is bound to instance {INSTANCE}' in _fault(
+        response)
+    api.app.delete(f'/v2/accelerator_requests?arqs={arq["uuid"]}',
+                   headers=SERVICE, status=204)
+
+
+def test_bind_failures_end_bindfailed(api, seeded):
+    arqs = _create(api)
+    other_rp = str(uuid.uuid4())
+    api.app.patch_json('/v2/accelerator_requests',
+                       _bind_body(arqs, 'node1', other_rp),
+                       headers=SERVICE, status=202)
+    arq = api.app.get(f'/v2/accelerator_requests/{arqs[0]["uuid"]}',
+                      headers=ADMIN).json
+    assert arq['state'] == 'BindFailed'
+    assert arq['attach_handle_info'] == {}
+
+
+def test_no_free_handle_ends_bindfailed(api):
+    api.conf.set_override('accelerators_per_device', 1, 'fake_driver')
+    dep = api.seed('cmp1', hostname='node1')[0]['deployables'][0]
+    api.dp('dp1')
+    first, second = _create(api), _create(api)
+    api.app.patch_json('/v2/accelerator_requests',
+                       _bind_body(first, 'node1', dep['rp_uuid']),
+                       headers=SERVICE, status=202)
+    other = '11111111-2222-3333-4444-555555555555'
+    api.app.patch_json('/v2/accelerator_requests',
+                       _bind_body(second, 'node1', dep['rp_uuid'], other),
+                       headers=SERVICE, status=202)
+    states = {a['uuid']: a['state'] for a in api.app.get(
+        '/v2/accelerator_requests', headers=ADMIN).json['arqs']}
+    assert states == {first[0]['uuid']: 'Bound',
+                      second[0]['uuid']: 'BindFailed'}
+
+
+def test_instance_with_arqs_cannot_bind_more(api, seeded):
+    first, second = _create(api), _create(api)
+    api.app.patch_json('/v2/accelerator_requests',
+                       _bind_body(first, 'node1', seeded['rp_uuid']),
+                       headers=SERVICE, status=202)
+    response = api.app.patch_json(
+        '/v2/accelerator_requests',
+        _bind_body(second, 'node1', seeded['rp_uuid']), headers=SERVICE,
+        status=400)
+    assert 'already has accelerator requests' in _fault(response)
+
+
+def test_rebinding_a_bound_arq_is_409(api, seeded):
+    arqs = _create(api)
+    body = _bind_body(arqs, 'node1', seeded['rp_uuid'])
+    api.app.patch_json('/v2/accelerator_requests', body, headers=SERVICE,
+                       status=202)
+    other = _bind_body(arqs, 'node1', seeded['rp_uuid'],
+                       '11111111-2222-3333-4444-555555555555')
+    api.app.patch_json('/v2/accelerator_requests', other, headers=SERVICE,
+                       status=409)
+
+
+def test_resolved_with_unresolved_arqs_is_423(api, seeded):
+    # An ARQ that failed to bind is resolved; one still Initial is not.
+    arqs = _create(api)
+    api.app.get(f'/v2/accelerator_requests?instance={INSTANCE}'
+                '&bind_state=resolved', headers=ADMIN, status=200)
+    api.app.patch_json('/v2/accelerator_requests',
+                       _bind_body(arqs, 'node1', str(uuid.uuid4())),
+                       headers=SERVICE, status=202)
+    resolved = api.app.get('/v2/accelerator_requests?bind_state=resolved',
+                           headers=ADMIN).json['arqs']
+    assert [a['state'] for a in resolved] == ['BindFailed']
+    api.app.get('/v2/accelerator_requests?bind_state=bound', headers=ADMIN,
+                status=500)
+    api.app.get('/v2/accelerator_requests?bind_state=bound',
+                headers=version('2.4'), status=400)
+
+
+def test_423_while_an_instance_arq_is_binding(api, sqlite_engine):
+    import sqlalchemy as sa
+
+    from cyborg.db import models
+    api.dp('dp1')
+    [arq] = _create(api)
+    with sqlite_engine.begin() as conn:
+        conn.execute(sa.update(models.AcceleratorRequest).values(
+            state='BindStarted', instance_uuid=INSTANCE))
+    api.app.get(f'/v2/accelerator_requests?instance={INSTANCE}'
+                '&bind_state=resolved', headers=ADMIN, status=423)
+    assert arq
+
+
+@pytest.mark.parametrize('body, message', [
+    ([], 'must map'),
+    ({'not-a-uuid': []}, 'not an accelerator request uuid'),
+    ({INSTANCE: []}, 'should be non-empty'),
+    ({INSTANCE: [{'op': 'replace', 'path': '/hostname', 'value': 'x'}]},
+     'replace'),
+    ({INSTANCE: [{'op': 'add', 'path': '/state', 'value': 'x'}]},
+     '/state'),
+    ({INSTANCE: [{'op': 'add', 'path': '/hostname', 'value': 'x'}]},
+     'fields absent'),
+    ({INSTANCE: [{'op': 'add', 'path': '/hostname', 'value': 'x'},
+                 {'op': 'remove', 'path': '/instance_uuid'}]},
+     'all "add"'),
+    ({INSTANCE: [{'op': 'add', 'path': '/hostname', 'value': 'h'},
+                 {'op': 'add', 'path': '/device_rp_uuid', 'value': 'x'},
+                 {'op': 'add', 'path': '/instance_uuid',
+                  'value': INSTANCE}]}, 'must be a UUID'),
+])
+def test_bad_patches_are_400(api, body, message):
+    response = api.app.patch_json('/v2/accelerator_requests', body,
+                                  headers=SERVICE, status=400)
+    assert message in _fault(response)
+
+
+def test_patch_of_unknown_arq_is_404(api, seeded):
+    body = _bind_body([{'uuid': str(uuid.uuid4())}], 'node1',
+                      seeded['rp_uuid'])
+    api.app.patch_json('/v2/accelerator_requests', body, headers=SERVICE,
+                       status=404)
+
+
+def test_project_id_op_needs_2_1_and_admin(api, seeded):
+    arqs = _create(api)
+    body = _bind_body(arqs, 'node1', seeded['rp_uuid'])
+    body[arqs[0]['uuid']].append({'op': 'add', 'path': '/project_id',
+                                  'value': 'p9'})
+    api.app.patch_json('/v2/accelerator_requests', body, headers=SERVICE,
+                       status=406)
+    api.app.patch_json('/v2/accelerator_requests', body,
+                       headers=version('2.1', SERVICE), status=403)
+    admin_service = dict(ADMIN, **{'X-Service-Roles': 'service'})
+    api.app.patch_json('/v2/accelerator_requests', body,
+                       headers=version('2.1', admin_service), status=202)
+    arq = api.app.get(f'/v2/accelerator_requests/{arqs[0]["uuid"]}',
+                      headers=ADMIN).json
+    assert (arq['state'], arq['project_id']) == ('Bound', 'p9')
+
+
+def test_delete_by_arqs_is_all_or_nothing(api):
+    api.dp('dp1')
+    a, b = _create(api), _create(api)
+    missing = str(uuid.uuid4())
+    response = api.app.delete(
+        f'/v2/accelerator_requests?arqs={a[0]["uuid"]}%2C{missing}',
+        headers=ADMIN, status=404)
+    assert missing in _fault(response)
+    assert len(api.app.get('/v2/accelerator_requests',
+                           headers=ADMIN).json['arqs']) == 2
+    api.app.delete(f'/v2/accelerator_requests?arqs={a[0]["uuid"]}%2C'
+                   f'{b[0]["uuid"]}', headers=ADMIN, status=204)
+    assert api.app.get('/v2/accelerator_requests',
+                       headers=ADMIN).json['arqs'] == []
+    api.app.delete('/v2/accelerator_requests', headers=ADMIN, status=500)
+    api.app.delete('/v2/accelerator_requests', headers=version('2.4'),
+                   status=400)
+    api.app.delete('/v2/accelerator_requests?arqs=nope', headers=ADMIN,
+                   status=404)
+
+
+def test_projects_see_only_their_own_arqs(api):
+    api.dp('dp1')
+    mine = _create(api, headers=user('p1'))
+    theirs = _create(api, headers=user('p2'))
+    seen = api.app.get('/v2/accelerator_requests',
+                       headers=user('p1')).json['arqs']
+    assert [a['uuid'] for a in seen] == [mine[0]['uuid']]
+    api.app.get(f'/v2/accelerator_requests/{theirs[0]["uuid"]}',
+                headers=user('p1'), status=404)
+    api.app.delete(f'/v2/accelerator_requests/{theirs[0]["uuid"]}',
+                   headers=user('p1'), status=404)
+    assert len(api.app.get('/v2/accelerator_requests',
+                           headers=ADMIN).json['arqs']) == 2
+    assert len(api.app.get('/v2/accelerator_requests',
+                           headers=SERVICE).json['arqs']) == 2
+    # A reader may look but not create.
+    api.app.post_json('/v2/accelerator_requests',
+                      {'device_profile_name': 'dp1'},
+                      headers=user('p1', 'reader'), status=403)
+
+
+def test_arq_keeps_its_group_when_the_profile_goes(api):
+    api.dp('dp1')
+    [arq] = _create(api)
+    api.app.delete('/v2/device_profiles/dp1', headers=ADMIN, status=204)
+    got = api.app.get(f'/v2/accelerator_requests/{arq["uuid"]}',
+                      headers=ADMIN).json
+    assert got['device_profile_name'] == 'dp1'
+
+
+def test_pagination_of_arqs(api):
+    api.dp('five', [{'resources:FPGA': '5'}])
+    created = _create(api, 'five')
+    page = api.app.get('/v2/accelerator_requests?limit=3',
+                       headers=version('2.4')).json
+    assert [a['uuid'] for a in page['arqs']] == [
+        a['uuid'] for a in created[:3]]
+    assert 'marker=' in page['next']
+    rest = api.app.get(page['next'].replace('http://localhost', ''),
+                       headers=version('2.4')).json
+    assert [a['uuid'] for a in rest['arqs']] == [
+        a['uuid'] for a in created[3:]]
+    assert 'next' not in rest

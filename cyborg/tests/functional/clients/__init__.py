@@ -1,0 +1,1 @@
+"""The API served over real HTTP to the real client libraries."""

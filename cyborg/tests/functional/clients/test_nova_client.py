@@ -1,0 +1,312 @@
+"""Nova's own Cyborg client (``nova.accelerator.cyborg``) against the API.
+
+Nova and cyborg both register their options on oslo.config's process-wide
+CONF, and some names clash (``[DEFAULT] host``, ``[api] max_limit``), so
+the two cannot be loaded in one process. Nova's side therefore runs in a
+child Python process (this module run with ``-m``), configured by a
+nova.conf, taking one call per line on stdin and answering in JSON; the
+test drives it step by step as Nova's conductor and compute do.
+
+Nothing in this module imports cyborg or nova at module level, so that the
+child loads only Nova.
+"""
+import dataclasses
+import importlib.util
+import json
+import os
+import select
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+INSTANCE = '29901acf-5b5e-4a7f-8a3f-1b2c3d4e5f60'
+GROUPS = [{'resources:FPGA': '1', 'trait:CUSTOM_FAKE_DEVICE': 'required'}]
+REPLY_TIMEOUT = 60  # seconds
+
+if importlib.util.find_spec('nova') is None:
+    pytest.skip('nova is not installed', allow_module_level=True)
+
+
+class NovaError(Exception):
+    """An exception raised by Nova's client in the child."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f'{name}: {message}')
+        self.name = name
+        self.message = message
+
+
+@dataclasses.dataclass
+class NovaSide:
+    """The child process; ``nova(name, *args)`` calls Nova's client."""
+
+    process: subprocess.Popen
+    stderr_path: str
+
+    def __call__(self, name: str, *args: Any) -> Any:
+        self.process.stdin.write(json.dumps([name, list(args)]) + '\n')
+        self.process.stdin.flush()
+        ready, _, _ = select.select([self.process.stdout], [], [],
+                                    REPLY_TIMEOUT)
+        line = self.process.stdout.readline() if ready else ''
+        if not line:
+            raise AssertionError(f'no reply from Nova to {name}:\n'
+                                 + self.stderr())
+        reply = json.loads(line)
+        if 'error' in reply:
+            raise NovaError(reply['error'], reply['message'])
+        return reply['result']
+
+    def stderr(self) -> str:
+        with open(self.stderr_path) as f:
+            return f.read()[-5000:]
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process.stdout.close()
+
+
+@pytest.fixture
+def start_nova(live_api, tmp_path) -> Iterator[Any]:
+    """Starts Nova's side; ``start_nova(service_token=False)`` leaves out
+    ``[service_user]`` so that Nova sends only the user's token."""
+    # Here, not at module level: the child must not load cyborg.
+    from cyborg.tests.functional.clients.conftest import SERVICE_TOKEN
+    started = []
+
+    def start(service_token: bool = True) -> NovaSide:
+        config = tmp_path / f'nova-{len(started)}.conf'
+        lines = ['[cyborg]', f'endpoint_override = {live_api.url}',
+                 'timeout = 30']
+        if service_token:
+            lines += ['[service_user]', 'send_service_user_token = true',
+                      'auth_type = admin_token',
+                      f'endpoint = {live_api.url}',
+                      f'token = {SERVICE_TOKEN}']
+        config.write_text('\n'.join(lines) + '\n')
+        stderr_path = str(tmp_path / f'nova-{len(started)}.log')
+        with open(stderr_path, 'w') as stderr:
+            process = subprocess.Popen(
+                [sys.executable, '-m', __name__, str(config)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                text=True, env=dict(os.environ, PYTHONWARNINGS='ignore'))
+        started.append(NovaSide(process, stderr_path))
+        return started[-1]
+
+    yield start
+    for side in started:
+        side.close()
+
+
+@pytest.fixture
+def rp_uuid(live_api) -> str:
+    """Host cmp1 (hypervisor node1) with one fake FPGA, and device profile
+    dp1 asking for one; the resource provider Placement would pick."""
+    [device] = live_api.seed('cmp1', hostname='node1')
+    live_api.dp('dp1', GROUPS)
+    return device['deployables'][0]['rp_uuid']
+
+
+def _calls(live_api) -> list[Any]:
+    """The requests after each version discovery."""
+    return [s for s in live_api.seen if s.path not in ('/v2', '/v2/')]
+
+
+def test_boot_flow(live_api, start_nova, rp_uuid):
+    nova = start_nova()
+    # nova-api: the flavor's accel:device_profile=dp1.
+    [group] = nova('get_device_profile_request_groups', 'dp1')
+    assert group == {'requester_id': 'device_profile_0',
+                     'resources': {'FPGA': 1},
+                     'required_traits': ['CUSTOM_FAKE_DEVICE'],
+                     'forbidden_traits': []}
+    get = _calls(live_api)[-1]
+    assert (get.path, get.query, get.status) == ('/v2/device_profiles',
+                                                 'name=dp1', 200)
+
+    # nova-conductor, once Placement has picked rp_uuid for the group.
+    [arq] = nova('create_arqs_and_match_resource_providers', 'dp1',
+                 {'device_profile_0': [rp_uuid]})
+    assert arq['state'] == 'Initial'
+    assert arq['device_profile_group_id'] == 0
+    assert arq['device_rp_uuid'] == rp_uuid
+    nova('bind_arqs', {arq['uuid']: {'hostname': 'node1',
+                                     'device_rp_uuid': rp_uuid,
+                                     'instance_uuid': INSTANCE}})
+    patch = _calls(live_api)[-1]
+    assert (patch.method, patch.path, patch.status) == (
+        'PATCH', '/v2/accelerator_requests', 202)
+    assert 'openstack-api-version' not in patch.headers
+    assert patch.headers['x-auth-token'] == 'admin'
+    assert patch.headers['x-service-token']
+
+    # nova-compute, waiting for the binding, then building the guest.
+    [bound] = nova('get_arqs_for_instance', INSTANCE, True)
+    assert bound['uuid'] == arq['uuid']
+    assert bound['state'] == 'Bound'
+    assert (bound['hostname'], bound['device_rp_uuid'],
+            bound['instance_uuid']) == ('node1', rp_uuid, INSTANCE)
+    assert bound['attach_handle_type'] == 'TEST_PCI'
+    info = bound['attach_handle_info']
+    assert info == {'domain': '0000', 'bus': '0c', 'device': '00',
+                    'function': '1'}
+    assert all(isinstance(v, str) for v in info.values())
+    assert nova('get_arq_uuids_for_instance', INSTANCE) == [arq['uuid']]
+    assert nova('get_arq_by_uuid', arq['uuid']) == bound
+
+    # Server delete, and Nova's cleanup doing it again.
+    assert nova('delete_arqs_for_instance', INSTANCE) is None
+    assert nova('delete_arqs_for_instance', INSTANCE) is None
+    delete = _calls(live_api)[-1]
+    assert (delete.method, delete.query, delete.status) == (
+        'DELETE', f'instance={INSTANCE}', 204)
+    with pytest.raises(NovaError, match='no accelerator requests'):
+        nova('get_arqs_for_instance', INSTANCE)
+    with pytest.raises(NovaError) as raised:
+        nova('get_arq_by_uuid', arq['uuid'])
+    assert raised.value.name == 'AcceleratorRequestOpFailed'
+    assert '404' in raised.value.message
+
+
+def test_every_call_discovers_the_version_first(live_api, start_nova, rp_uuid):
+    nova = start_nova()
+    nova('create_arqs', 'dp1')
+    nova('get_device_profile_request_groups', 'dp1')
+    # A new client per operation, each with an unauthenticated GET /v2.
+    assert [(s.method, s.path, 'x-auth-token' in s.headers)
+            for s in live_api.seen] == [
+        ('GET', '/v2', False),
+        ('POST', '/v2/accelerator_requests', True),
+        ('GET', '/v2', False),
+        ('GET', '/v2/device_profiles', True)]
+
+
+def test_cleanup_after_a_failed_bind(live_api, start_nova, rp_uuid):
+    nova = start_nova()
+    arqs = nova('create_arqs', 'dp1') + nova('create_arqs', 'dp1')
+    uuids = [a['uuid'] for a in arqs]
+    nova('delete_arqs_by_uuid', uuids)
+    delete = _calls(live_api)[-1]
+    # The comma travels encoded.
+    assert delete.query == f'arqs={uuids[0]}%2C{uuids[1]}'
+    assert delete.status == 204
+    for uuid in uuids:
+        with pytest.raises(NovaError, match='AcceleratorRequestOpFailed'):
+            nova('get_arq_by_uuid', uuid)
+    # Again: the 404 is only logged.
+    assert nova('delete_arqs_by_uuid', uuids) is None
+    assert _calls(live_api)[-1].status == 404
+
+
+def test_bind_without_a_service_token(live_api, start_nova, rp_uuid):
+    nova = start_nova(service_token=False)
+    [arq] = nova('create_arqs', 'dp1')
+    bindings = {arq['uuid']: {'hostname': 'node1', 'device_rp_uuid': rp_uuid,
+                              'instance_uuid': INSTANCE}}
+    with pytest.raises(NovaError) as raised:
+        nova('bind_arqs', bindings)
+    assert raised.value.name == 'AcceleratorRequestBindingFailed'
+    assert _calls(live_api)[-1].status == 403
+    with pytest.raises(NovaError, match='AcceleratorRequestOpFailed'):
+        nova('delete_arqs_for_instance', INSTANCE)
+
+    # A deployment that does not ask for service tokens.
+    live_api.conf.set_override('require_service_token', False, 'api')
+    nova('bind_arqs', bindings)
+    [bound] = nova('get_arqs_for_instance', INSTANCE, True)
+    assert bound['state'] == 'Bound'
+    nova('delete_arqs_for_instance', INSTANCE)
+
+
+def test_device_profile_errors(live_api, start_nova, rp_uuid):
+    nova = start_nova()
+    live_api.dp('dp2', GROUPS)
+    with pytest.raises(NovaError, match='Expected 1 device profile but got '
+                                        'nothing'):
+        nova('get_device_profile_request_groups', 'missing')
+    # The name filter works on the server: one of two profiles.
+    assert len(nova('get_device_profile_request_groups', 'dp2')) == 1
+    with pytest.raises(NovaError) as raised:
+        nova('create_arqs', 'missing')
+    assert raised.value.name == 'AcceleratorRequestOpFailed'
+    assert _calls(live_api)[-1].status == 404
+
+
+def test_groups_map_to_their_providers(live_api, start_nova, rp_uuid):
+    nova = start_nova()
+    live_api.dp('multi', [{'resources:FPGA': '2',
+                           'trait:CUSTOM_FAKE_DEVICE': 'required'},
+                          {'resources:CUSTOM_GPU': '1',
+                           'trait:CUSTOM_X': 'forbidden',
+                           'accel:bitstream_id': 'abc'}])
+    groups = nova('get_device_profile_request_groups', 'multi')
+    assert [(g['requester_id'], g['resources'], g['forbidden_traits'])
+            for g in groups] == [
+        ('device_profile_0', {'FPGA': 2}, []),
+        ('device_profile_1', {'CUSTOM_GPU': 1}, ['CUSTOM_X'])]
+    other = '0d3b4a1c-7c41-4d2e-9a39-7f3c1f5b2a10'
+    arqs = nova('create_arqs_and_match_resource_providers', 'multi',
+                {'device_profile_0': [rp_uuid],
+                 'device_profile_1': [other]})
+    assert sorted((a['device_profile_group_id'], a['device_rp_uuid'])
+                  for a in arqs) == [(0, rp_uuid), (0, rp_uuid),
+                                     (1, other)]
+
+
+# --- the child process ------------------------------------------------------
+
+def _serve(config_file: str) -> None:
+    """Nova's client, configured from ``config_file``: one JSON call
+    ``[name, args]`` per line of stdin, one JSON reply per line."""
+    replies = sys.stdout
+    sys.stdout = sys.stderr  # nothing else may write to the reply channel
+
+    import nova.conf
+    from nova import context as nova_context
+    from nova import objects
+    from nova.accelerator import cyborg
+
+    nova.conf.CONF(['--config-file', config_file], project='nova',
+                   default_config_files=[], default_config_dirs=[])
+    objects.register_all()
+    # Nova passes on the token of the user who asked; under noauth,
+    # 'admin' is an administrator of project admin.
+    ctx = nova_context.RequestContext(user_id='admin', project_id='admin',
+                                      auth_token='admin')
+
+    def call(name: str, args: list[Any]) -> Any:
+        if name == 'get_device_profile_request_groups':
+            return [{'requester_id': g.requester_id,
+                     'resources': dict(g.resources),
+                     'required_traits': sorted(g.required_traits),
+                     'forbidden_traits': sorted(g.forbidden_traits)}
+                    for g in cyborg.get_device_profile_request_groups(
+                        ctx, *args)]
+        # As in Nova, a new client for each operation.
+        client = cyborg.get_client(ctx)
+        if name == 'get_arq_uuids_for_instance':
+            args = [objects.Instance(uuid=args[0])]
+        elif name == 'delete_arqs_by_uuid':
+            args = [dict.fromkeys(args[0]).keys()]  # Nova passes dict keys
+        return getattr(client, name)(*args)
+
+    for line in sys.stdin:
+        name, args = json.loads(line)
+        try:
+            reply = {'result': call(name, args)}
+        except Exception as exc:
+            reply = {'error': type(exc).__name__, 'message': str(exc)}
+        replies.write(json.dumps(reply) + '\n')
+        replies.flush()
+
+
+if __name__ == '__main__':
+    _serve(sys.argv[1])
