@@ -31,6 +31,32 @@ _ENGINE_OPTIONS = ('connection', 'slave_connection', 'sqlite_synchronous',
                    'connection_debug', 'connection_trace')
 
 
+def _tune_engine(engine: sa.engine.Engine) -> None:
+    """Make all three databases isolate transactions alike.
+
+    PostgreSQL runs at READ COMMITTED. MySQL/MariaDB default to REPEATABLE
+    READ, whose plain SELECTs keep showing a snapshot (a loop re-reading a
+    row another transaction changed would see the old value forever) and
+    whose gap locks make concurrent writers wait on rows they never touch;
+    their connections are set to READ COMMITTED too. SQLite serialises
+    writers (see _serialize_sqlite_writers).
+    """
+    if engine.dialect.name == 'mysql':
+        @sa.event.listens_for(engine, 'connect')
+        def _read_committed(dbapi_connection, record):
+            cursor = dbapi_connection.cursor()
+            try:
+                cursor.execute(
+                    'SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED')
+            finally:
+                cursor.close()
+
+        # Connections pooled before the listener (oslo.db tries one when
+        # it creates the engine) are dropped, so every one gets it.
+        engine.dispose()
+    _serialize_sqlite_writers(engine)
+
+
 def _serialize_sqlite_writers(engine: sa.engine.Engine) -> None:
     """Make SQLite transactions take the write lock when they begin.
 
@@ -54,7 +80,7 @@ def _serialize_sqlite_writers(engine: sa.engine.Engine) -> None:
         connection.exec_driver_sql('BEGIN IMMEDIATE')
 
 
-main_context_manager.append_on_engine_create(_serialize_sqlite_writers)
+main_context_manager.append_on_engine_create(_tune_engine)
 
 
 def configure(conf: cfg.ConfigOpts) -> None:
@@ -77,7 +103,7 @@ def patch_engine(engine: sa.engine.Engine) -> Any:
     """
     # Unlike the facade's own patch_engine() this never starts the
     # configured factory, so no engine is made for [database] connection.
-    _serialize_sqlite_writers(engine)
+    _tune_engine(engine)
     maker = orm.get_maker(engine=engine, expire_on_commit=False)
     factory = enginefacade._TestTransactionFactory(
         engine, maker, apply_global=False,

@@ -5,10 +5,12 @@ an attach handle is taken with a compare-and-swap on ``in_use``, so two
 conductors working on the same requests never both succeed.
 """
 import json
+import types
 import uuid as uuid_lib
 from typing import Any
 
 import sqlalchemy as sa
+from oslo_utils import timeutils
 
 from cyborg import context as cyborg_context
 from cyborg.common import exception
@@ -124,6 +126,9 @@ def create(context: cyborg_context.RequestContext, profile_name: str,
         .where(models.DeviceProfile.name == profile_name)).first()
     if profile is None:
         raise exception.DeviceProfileNotFound(name=profile_name)
+    # Whole seconds, so what is returned now is what the database keeps
+    # (MySQL rounds fractions of a DATETIME, MariaDB truncates them).
+    now = timeutils.utcnow().replace(microsecond=0)
     rows = []
     for group_id, group in enumerate(json.loads(profile.groups)):
         for _ in range(accelerator_count(group)):
@@ -132,13 +137,15 @@ def create(context: cyborg_context.RequestContext, profile_name: str,
                          'device_profile_id': profile.id,
                          'device_profile_name': profile_name,
                          'device_profile_group_id': group_id,
-                         'device_profile_group': json.dumps(group)})
+                         'device_profile_group': json.dumps(group),
+                         'created_at': now})
     if rows:
         context.session.execute(sa.insert(ARQ), rows)
-    created = context.session.execute(
-        _select().where(ARQ.uuid.in_([r['uuid'] for r in rows]))
-        .order_by(ARQ.id)).all()
-    return [to_dict(r) for r in created]
+    # The new rows are known in full; reading them back would cost a query.
+    return [to_dict(types.SimpleNamespace(
+        **row, hostname=None, device_rp_uuid=None, instance_uuid=None,
+        updated_at=None, ah_uuid=None, ah_type=None, ah_info=None))
+        for row in rows]
 
 
 def _free_handles(deployable_id: int, tried: list[int]) -> sa.Select:
@@ -152,24 +159,22 @@ def _take_handle(session: sa.orm.Session, deployable_id: int
                  ) -> int | None:
     """Mark a free attach handle of the deployable in use; its id or None.
 
-    Candidates come from locking reads, which see the latest committed rows
-    even under MySQL's REPEATABLE READ (a plain SELECT there keeps showing
-    a handle another conductor has since taken). The fast path skips
-    handles other transactions hold; since InnoDB may lock more rows than
-    a scan returns, finding nothing there is not the final word, and the
-    slow path waits for those transactions and reads what is still free.
+    The fast path reads a candidate with ``SKIP LOCKED``, passing over the
+    handles concurrent binds are taking. InnoDB may lock more rows than a
+    scan returns, so finding nothing there is not the final word: the slow
+    path waits for the handle's holder and reads what is still free then.
     The UPDATE stays a compare-and-swap on ``in_use``, and a handle that
     lost the race is not tried again, so the loop ends.
     """
     tried: list[int] = []
     while True:
-        candidate = session.scalar(
-            _free_handles(deployable_id, tried).limit(1)
-            .with_for_update(skip_locked=True))
+        free = (sa.select(AH.id)
+                .where(AH.deployable_id == deployable_id,
+                       AH.in_use.is_(False), AH.id.not_in(tried))
+                .order_by(AH.id).limit(1))
+        candidate = session.scalar(free.with_for_update(skip_locked=True))
         if candidate is None:
-            candidate = session.scalars(
-                _free_handles(deployable_id, tried).with_for_update()
-            ).first()
+            candidate = session.scalar(free.with_for_update())
         if candidate is None:
             return None
         taken = session.execute(
@@ -219,12 +224,16 @@ def _bind(session: sa.orm.Session, uuid: str, binding: dict[str, Any]
     return values['state']
 
 
-def _release(session: sa.orm.Session, arq_ids: list[int]) -> None:
-    """Free the attach handles the given ARQs hold."""
-    handles = sa.select(ARQ.attach_handle_id).where(
-        ARQ.id.in_(arq_ids), ARQ.attach_handle_id.is_not(None))
-    session.execute(sa.update(AH).where(AH.id.in_(handles))
-                    .values(in_use=False))
+def _release(session: sa.orm.Session, handle_ids: list[int | None]) -> None:
+    """Free the given attach handles (None entries are skipped).
+
+    Callers pass ids they already read: an UPDATE with a subquery on
+    another table scans, and on MySQL locks, every attach handle.
+    """
+    ids = [i for i in handle_ids if i is not None]
+    if ids:
+        session.execute(sa.update(AH).where(AH.id.in_(ids))
+                        .values(in_use=False))
 
 
 @retry_on_deadlock
@@ -239,9 +248,9 @@ def apply_patch(context: cyborg_context.RequestContext,
     """
     session = context.session
     uuids = list(binds) + list(unbinds)
-    found = dict(session.execute(
-        sa.select(ARQ.uuid, ARQ.id).where(ARQ.uuid.in_(uuids))
-        .with_for_update()).all())
+    found = {row.uuid: row for row in session.execute(
+        sa.select(ARQ.uuid, ARQ.attach_handle_id).where(ARQ.uuid.in_(uuids))
+        .with_for_update())}
     missing = set(uuids) - set(found)
     if missing:
         raise exception.ARQNotFound(uuids=', '.join(sorted(missing)))
@@ -258,8 +267,7 @@ def apply_patch(context: cyborg_context.RequestContext,
                        'ARQs.')
     states: dict[str, str] = {}
     if unbinds:
-        ids = [found[u] for u in unbinds]
-        _release(session, ids)
+        _release(session, [found[u].attach_handle_id for u in unbinds])
         for uuid in unbinds:
             _transition(session, uuid, UNBINDABLE, 'unbinding', {
                 'state': 'Unbound', 'hostname': None,
@@ -290,14 +298,15 @@ def delete(context: cyborg_context.RequestContext,
         where = ARQ.uuid.in_(uuids)
     else:
         where = ARQ.instance_uuid == instance_uuid
-    rows = session.execute(sa.select(ARQ.id, ARQ.uuid).where(where)
-                           .with_for_update()).all()
+    rows = session.execute(
+        sa.select(ARQ.id, ARQ.uuid, ARQ.attach_handle_id).where(where)
+        .with_for_update()).all()
     if uuids is not None:
         missing = set(uuids) - {r.uuid for r in rows}
         if missing:
             raise exception.ARQNotFound(uuids=', '.join(sorted(missing)))
     ids = [r.id for r in rows]
     if ids:
-        _release(session, ids)
+        _release(session, [r.attach_handle_id for r in rows])
         session.execute(sa.delete(ARQ).where(ARQ.id.in_(ids)))
     return len(ids)
