@@ -17,11 +17,19 @@ api_opts = [
         default=6666,
         help='Port cyborg-api listens on when it runs its own HTTP server.'),
     cfg.IntOpt(
+        'workers',
+        default=1,
+        min=1,
+        help='Processes cyborg-api runs when it serves HTTP itself, all '
+             'on one listening socket. One Python process uses one core '
+             'at a time, so set this to the number of cores the API may '
+             'use. Under a WSGI server such as uwsgi this is unused.'),
+    cfg.IntOpt(
         'threads',
         default=8,
         min=1,
-        help='Worker threads of the HTTP server cyborg-api runs; each '
-             'handles one request at a time.'),
+        help='Threads of each cyborg-api process; each handles one '
+             'request at a time.'),
     cfg.StrOpt(
         'public_endpoint',
         help='Public URL of the API, used in the links of responses, e.g. '

@@ -1,14 +1,17 @@
 """The real cyborg-conductor and cyborg-agent processes over RabbitMQ."""
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 
 import pytest
 
 from cyborg import context as cyborg_context
+from cyborg.db import migration
 from cyborg.db.api import inventory
 from cyborg.db.api import services
 
@@ -131,3 +134,71 @@ def test_aio_reports_fake_devices_once(tmp_path):
     assert proc.stdout.count('deployable aio-host_') == 3
     assert (tmp_path / 'state' / 'cyborg.sqlite').exists()
     assert 'API: http://127.0.0.1:' in proc.stdout
+
+
+def _stat(pid):
+    """(state, parent pid) of a process, or None once it is gone."""
+    try:
+        with open(f'/proc/{pid}/stat') as f:
+            fields = f.read().rsplit(')', 1)[1].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[1])
+
+
+def _alive(pid):
+    stat = _stat(pid)
+    return stat is not None and stat[0] != 'Z'
+
+
+def _children(pid):
+    """PIDs of the live processes whose parent is ``pid``."""
+    found = []
+    for entry in os.listdir('/proc'):
+        stat = _stat(entry) if entry.isdigit() else None
+        if stat is not None and stat[0] != 'Z' and stat[1] == pid:
+            found.append(int(entry))
+    return sorted(found)
+
+
+def _get(url, token=None):
+    request = urllib.request.Request(
+        url, headers={'X-Auth-Token': token} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status
+    except OSError:
+        return None
+
+
+def test_api_worker_processes_share_one_port(tmp_path):
+    url = f'sqlite:///{tmp_path}/cyborg.sqlite'
+    migration.upgrade('head', url=url)
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    conf_file = _write_conf(
+        tmp_path / 'cyborg.conf', DEFAULT={'transport_url': 'fake://'},
+        database={'connection': url},
+        api={'auth_strategy': 'noauth', 'port': port, 'workers': 2})
+    proc = _start('cyborg.cmd.api', conf_file, tmp_path / 'api.log')
+    base = f'http://127.0.0.1:{port}/v2'
+    try:
+        _wait(lambda: _get(base) == 200, what='the API to answer')
+        workers = _wait(lambda: len(_children(proc.pid)) == 2
+                        and _children(proc.pid), what='two workers')
+        for _ in range(10):
+            assert _get(f'{base}/device_profiles', 'admin') == 200
+        # A worker that dies is replaced; the service keeps answering.
+        os.kill(workers[0], signal.SIGKILL)
+        _wait(lambda: len(_children(proc.pid)) == 2
+              and workers[0] not in _children(proc.pid),
+              what='a new worker')
+        assert _get(f'{base}/device_profiles', 'admin') == 200
+        workers = _children(proc.pid)
+    finally:
+        code = _stop(proc)
+    assert code == 0, (tmp_path / 'api.log').read_text()
+    assert not [w for w in workers if _alive(w)], (
+        'a worker outlived the supervisor')
+    assert 'exited (status' in (tmp_path / 'api.log').read_text()
