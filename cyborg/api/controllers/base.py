@@ -128,8 +128,18 @@ class Page:
             return None
         return self.limit or CONF.api.max_limit
 
-    def next_link(self, collection: str, items: list[dict[str, Any]],
-                  has_more: bool) -> str | None:
+    def collection(self, cls: type, key: str, wire: Any, path: str,
+                   items: list[dict[str, Any]], has_more: bool) -> Any:
+        """The list response ``cls(key=[...])``, with a ``next`` link
+        when more items follow this page."""
+        result = cls(**{key: [wire.from_dict(i) for i in items]})
+        next_link = self._next_link(path, items, has_more)
+        if next_link:
+            result.next = next_link
+        return result
+
+    def _next_link(self, collection: str, items: list[dict[str, Any]],
+                   has_more: bool) -> str | None:
         if not has_more or not items:
             return None
         query = {k: v for k, v in pecan.request.GET.items()

@@ -117,11 +117,8 @@ class ARQsController(rest.RestController):
             ctx, project, instance,
             resolved_only=resolved and instance is None,
             size=page.size, marker=page.marker)
-        collection = ARQCollection(arqs=[ARQ.from_dict(a) for a in found])
-        next_link = page.next_link('accelerator_requests', found, more)
-        if next_link:
-            collection.next = next_link
-        return collection
+        return page.collection(ARQCollection, 'arqs', ARQ,
+                               'accelerator_requests', found, more)
 
     @expose(ARQ, wtypes.text)
     def get_one(self, uuid: str) -> ARQ:

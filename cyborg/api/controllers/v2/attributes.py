@@ -111,12 +111,8 @@ class AttributesController(rest.RestController):
                            f'{deployable_id!r}.') from None
         found, more = attributes.get_all(ctx, deployable_id=dep_id, key=key,
                                          size=page.size, marker=page.marker)
-        collection = AttributeCollection(
-            attributes=[Attribute.from_dict(a) for a in found])
-        next_link = page.next_link('attributes', found, more)
-        if next_link:
-            collection.next = next_link
-        return collection
+        return page.collection(AttributeCollection, 'attributes', Attribute,
+                               'attributes', found, more)
 
     @expose(Attribute, wtypes.text)
     def get_one(self, uuid: str) -> Attribute:

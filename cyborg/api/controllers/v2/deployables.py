@@ -117,12 +117,8 @@ class DeployablesController(rest.RestController):
         found, more = deployables.get_all(
             ctx, name=name, device_id=_device_id(device_id),
             rp_uuid=rp_uuid, size=page.size, marker=page.marker)
-        collection = DeployableCollection(
-            deployables=[Deployable.from_dict(d) for d in found])
-        next_link = page.next_link('deployables', found, more)
-        if next_link:
-            collection.next = next_link
-        return collection
+        return page.collection(DeployableCollection, 'deployables',
+                               Deployable, 'deployables', found, more)
 
     @expose(Deployable, wtypes.text)
     def get_one(self, uuid: str) -> Deployable:

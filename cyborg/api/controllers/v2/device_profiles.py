@@ -76,12 +76,8 @@ class DeviceProfilesController(rest.RestController):
             return DeviceProfileCollection(device_profiles=[])
         found, more = device_profiles.get_all(ctx, names, page.size,
                                               page.marker)
-        collection = DeviceProfileCollection(
-            device_profiles=[DeviceProfile.from_dict(p) for p in found])
-        next_link = page.next_link('device_profiles', found, more)
-        if next_link:
-            collection.next = next_link
-        return collection
+        return page.collection(DeviceProfileCollection, 'device_profiles',
+                               DeviceProfile, 'device_profiles', found, more)
 
     @expose(DeviceProfileEnvelope, wtypes.text)
     def get_one(self, uuid_or_name: str) -> DeviceProfileEnvelope:

@@ -86,12 +86,8 @@ class DevicesController(rest.RestController):
         found, more = devices.get_all(ctx, type=type, vendor=vendor,
                                       hostname=hostname, size=page.size,
                                       marker=page.marker)
-        collection = DeviceCollection(
-            devices=[Device.from_dict(d) for d in found])
-        next_link = page.next_link('devices', found, more)
-        if next_link:
-            collection.next = next_link
-        return collection
+        return page.collection(DeviceCollection, 'devices', Device,
+                               'devices', found, more)
 
     @expose(Device, wtypes.text)
     def get_one(self, uuid: str) -> Device:
