@@ -82,6 +82,17 @@ def check_uuid(value: Any, what: str) -> str:
     return value
 
 
+def int_param(value: str | None, name: str) -> int | None:
+    """A decimal integer query parameter, or None when absent."""
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise exception.Invalid(
+            reason=f'{name} must be an integer, not {value!r}.') from None
+
+
 def split_list(value: str | None) -> list[str]:
     """``a,b`` (or ``a%2Cb``, already decoded by the framework) → list."""
     if value is None:

@@ -101,16 +101,9 @@ class AttributesController(rest.RestController):
                 marker: str | None = None) -> AttributeCollection:
         ctx = base.authorize('cyborg:attribute:get_all')
         page = base.Page(limit, marker)
-        dep_id = None
-        if deployable_id is not None:
-            try:
-                dep_id = int(deployable_id)
-            except ValueError:
-                raise exception.Invalid(
-                    reason=f'deployable_id must be an integer, not '
-                           f'{deployable_id!r}.') from None
-        found, more = attributes.get_all(ctx, deployable_id=dep_id, key=key,
-                                         size=page.size, marker=page.marker)
+        found, more = attributes.get_all(
+            ctx, deployable_id=base.int_param(deployable_id, 'deployable_id'),
+            key=key, size=page.size, marker=page.marker)
         return page.collection(AttributeCollection, 'attributes', Attribute,
                                'attributes', found, more)
 

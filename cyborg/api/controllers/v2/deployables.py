@@ -89,16 +89,6 @@ def _not_found(uuid: str) -> exception.CyborgException:
     return exception.ResourceNotFound(resource='Deployable', id=uuid)
 
 
-def _device_id(value: str | None) -> int | None:
-    if value is None:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise exception.Invalid(
-            reason=f'device_id must be an integer, not {value!r}.') from None
-
-
 def _validate_program(body: Any) -> str:
     """The image uuid of a program PATCH body."""
     schemas.validate(PROGRAM_SCHEMA, body, 'Program request')
@@ -115,7 +105,7 @@ class DeployablesController(rest.RestController):
         ctx = base.authorize('cyborg:deployable:get_all')
         page = base.Page(limit, marker)
         found, more = deployables.get_all(
-            ctx, name=name, device_id=_device_id(device_id),
+            ctx, name=name, device_id=base.int_param(device_id, 'device_id'),
             rp_uuid=rp_uuid, size=page.size, marker=page.marker)
         return page.collection(DeployableCollection, 'deployables',
                                Deployable, 'deployables', found, more)

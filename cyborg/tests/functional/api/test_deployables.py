@@ -200,3 +200,18 @@ def test_program_paths_and_unknown_deployables(api):
                              b'not json', headers=ADMIN,
                              content_type='application/json', status=400)
     assert response.content_type == 'application/json'
+
+
+
+@pytest.mark.parametrize('path, name', [
+    ('/v2/deployables?device_id=', 'device_id'),
+    ('/v2/attributes?deployable_id=', 'deployable_id')])
+def test_integer_filters_on_every_database(api_all_dbs, path, name):
+    """Ids no row can have match nothing (no database error); a value
+    that is not a decimal integer is a 400 naming the parameter."""
+    key = path.split('/')[2].split('?')[0]
+    for value in ('99999999999', '-1'):
+        assert api_all_dbs.app.get(path + value,
+                                   headers=ADMIN).json[key] == []
+    response = api_all_dbs.app.get(path + '0x10', headers=ADMIN, status=400)
+    assert name in _fault(response)
