@@ -3,9 +3,13 @@ from oslo_config import cfg
 
 from cyborg.conf import agent
 from cyborg.conf import api
+from cyborg.conf import conductor
 from cyborg.conf import database
 from cyborg.conf import default
 from cyborg.conf import fake_driver
+from cyborg.conf import glance
+from cyborg.conf import nova
+from cyborg.conf import placement
 from cyborg.conf import upgrade_levels
 
 CONF = cfg.CONF
@@ -13,6 +17,10 @@ CONF = cfg.CONF
 default.register_opts(CONF)
 agent.register_opts(CONF)
 api.register_opts(CONF)
+conductor.register_opts(CONF)
 database.register_opts(CONF)
 fake_driver.register_opts(CONF)
+glance.register_opts(CONF)
+nova.register_opts(CONF)
+placement.register_opts(CONF)
 upgrade_levels.register_opts(CONF)

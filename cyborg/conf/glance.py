@@ -1,0 +1,29 @@
+"""Options of the [glance] group: where agents fetch FPGA bitstreams."""
+from oslo_config import cfg
+
+from cyborg.conf import keystone
+
+glance_group = cfg.OptGroup(
+    'glance',
+    title='Glance (image service) options',
+    help='The image service holding FPGA bitstreams. The agent downloads '
+         'the bitstream an accelerator request asks for before it programs '
+         'the device. The usual keystoneauth auth, session and adapter '
+         'options.')
+
+glance_opts = [
+    cfg.IntOpt(
+        'download_retries',
+        default=3,
+        min=0,
+        help='How many times a failed bitstream download is tried again.'),
+]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    keystone.register_client_opts(conf, glance_group, 'image')
+    conf.register_opts(glance_opts, group=glance_group)
+
+
+def list_opts() -> dict[cfg.OptGroup, list[cfg.Opt]]:
+    return {glance_group: glance_opts + keystone.list_client_opts('image')}

@@ -1,0 +1,32 @@
+"""Options of the [nova] group: how the conductor tells Nova a bind ended."""
+from oslo_config import cfg
+
+from cyborg.conf import keystone
+
+nova_group = cfg.OptGroup(
+    'nova',
+    title='Nova (compute API) options',
+    help='The compute API the conductor sends "accelerator-request-bound" '
+         'events to. The user must have the "service" role, which Nova\'s '
+         'default policy requires for external events. The usual '
+         'keystoneauth auth, session and adapter options.')
+
+nova_opts = [
+    cfg.BoolOpt(
+        'send_events',
+        default=True,
+        help='Send an "accelerator-request-bound" event to Nova when a bind '
+             'ends. Turn it off only where no Nova waits for binds (a '
+             'stand-alone first run); Nova reads bind results when they '
+             'arrive before it waits, but otherwise waits for the event '
+             'until its [DEFAULT] arq_binding_timeout.'),
+]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    keystone.register_client_opts(conf, nova_group, 'compute')
+    conf.register_opts(nova_opts, group=nova_group)
+
+
+def list_opts() -> dict[cfg.OptGroup, list[cfg.Opt]]:
+    return {nova_group: nova_opts + keystone.list_client_opts('compute')}

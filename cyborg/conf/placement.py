@@ -1,0 +1,50 @@
+"""Options of the [placement] group: how the conductor reaches placement."""
+from oslo_config import cfg
+
+from cyborg.conf import keystone
+
+placement_group = cfg.OptGroup(
+    'placement',
+    title='Placement service options',
+    help='The placement service the conductor publishes accelerators to, '
+         'as nested resource providers under each compute node. The usual '
+         'keystoneauth options: an auth plugin with a service user, '
+         'session options (TLS, timeout) and adapter options (interface, '
+         'region, endpoint_override).')
+
+sync_opts = [
+    cfg.IntOpt(
+        'sync_interval',
+        default=60,
+        min=1,
+        help='Seconds between two passes of the conductor\'s placement '
+             'task. A pass publishes what earlier attempts could not (the '
+             'compute node did not exist yet, placement was down) and '
+             'removes the providers of devices that are gone once nothing '
+             'is allocated from them.'),
+    cfg.IntOpt(
+        'reconcile_interval',
+        default=600,
+        min=0,
+        help='Seconds between two full comparisons of every host\'s '
+             'providers in placement with the database, which repairs '
+             'providers deleted or changed by hand or restored from a '
+             'backup. 0 disables it.'),
+    cfg.IntOpt(
+        'conflict_retries',
+        default=5,
+        min=0,
+        help='How many times a placement write that failed because another '
+             'writer changed the provider first (a generation conflict) is '
+             're-read and tried again before the pass gives up on it.'),
+]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    keystone.register_client_opts(conf, placement_group, 'placement')
+    conf.register_opts(sync_opts, group=placement_group)
+
+
+def list_opts() -> dict[cfg.OptGroup, list[cfg.Opt]]:
+    return {placement_group: sync_opts
+            + keystone.list_client_opts('placement')}
