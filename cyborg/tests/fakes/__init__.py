@@ -1,0 +1,1 @@
+"""In-process fakes of the services cyborg calls, served over real HTTP."""
