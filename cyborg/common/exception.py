@@ -111,6 +111,30 @@ class ReportConflict(Conflict):
                'another host reported: %(reason)s')
 
 
+class PlacementError(CyborgException):
+    """Placement answered with an error; ``code`` is its error code."""
+
+    msg_fmt = ('Placement %(method)s %(url)s failed with %(status)s '
+               '%(error_code)s: %(detail)s')
+
+    @property
+    def error_code(self) -> str:
+        return self.kwargs.get('error_code', '')
+
+
+class PlacementGenerationConflict(PlacementError):
+    """Another writer changed the provider since its generation was read."""
+
+
+class PlacementProviderInUse(PlacementError):
+    """The provider (or an inventory) still has allocations."""
+
+
+class ComputeNodeNotFound(NotFound):
+    msg_fmt = ('No compute node resource provider named %(hostname)s in '
+               'placement yet.')
+
+
 class DriverNotFound(CyborgException):
     msg_fmt = ('Unknown accelerator driver(s) in [agent] enabled_drivers: '
                '%(names)s. Available drivers: %(available)s.')
@@ -122,3 +146,31 @@ class DriverError(CyborgException):
 
 class DBNotReachable(CyborgException):
     msg_fmt = 'Cannot reach the database at %(url)s: %(reason)s'
+
+
+class NotSupported(CyborgException):
+    msg_fmt = '%(what)s is not supported.'
+
+
+class AgentUnavailable(ServiceUnavailable):
+    msg_fmt = 'The cyborg-agent on host %(host)s is unavailable: %(reason)s'
+
+
+class BitstreamNotFound(NotFound):
+    msg_fmt = 'Bitstream %(what)s could not be found in the image service.'
+
+
+class BitstreamError(CyborgException):
+    msg_fmt = 'Bitstream %(what)s: %(reason)s'
+
+
+class DeviceActionError(CyborgException):
+    """Device-side work (programming an FPGA, creating a mediated device)
+    failed; ``action`` and ``device`` say which, when the raiser knows."""
+
+    msg_fmt = 'Cannot %(action)s on %(device)s: %(reason)s'
+
+    def __init__(self, message: str | None = None, **kwargs: Any) -> None:
+        if message is None and not {'action', 'device'} <= kwargs.keys():
+            message = f'Device action failed: {kwargs.get("reason")}'
+        super().__init__(message, **kwargs)

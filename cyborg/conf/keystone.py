@@ -4,6 +4,27 @@ import copy
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
+# Seconds before a request to another service is abandoned: a hung peer
+# must not hold a conductor thread forever.
+TIMEOUT = 30
+
+
+def _session_and_adapter_opts(service_type: str,
+                              interfaces: tuple[str, ...]) -> list[cfg.Opt]:
+    # Copies with cyborg's defaults. Defaults are part of the options
+    # rather than set with set_default(), which ConfigOpts.reset() undoes.
+    defaults = {'service_type': service_type,
+                'valid_interfaces': list(interfaces), 'timeout': TIMEOUT}
+    opts = []
+    for opt in (ks_loading.get_session_conf_options()
+                + ks_loading.get_adapter_conf_options(
+                    include_deprecated=False)):
+        if opt.dest in defaults:
+            opt = copy.deepcopy(opt)
+            opt.default = defaults[opt.dest]
+        opts.append(opt)
+    return opts
+
 
 def register_client_opts(conf: cfg.ConfigOpts, group: cfg.OptGroup,
                          service_type: str,
@@ -11,28 +32,19 @@ def register_client_opts(conf: cfg.ConfigOpts, group: cfg.OptGroup,
                          ) -> None:
     """Register auth, session and adapter options under ``group``."""
     conf.register_group(group)
-    ks_loading.register_session_conf_options(conf, group.name)
     ks_loading.register_auth_conf_options(conf, group.name)
-    ks_loading.register_adapter_conf_options(conf, group.name)
-    conf.set_default('service_type', service_type, group=group.name)
-    conf.set_default('valid_interfaces', list(interfaces), group=group.name)
+    conf.register_opts(_session_and_adapter_opts(service_type, interfaces),
+                       group=group)
 
 
-def list_client_opts(service_type: str) -> list[cfg.Opt]:
+def list_client_opts(service_type: str,
+                     interfaces: tuple[str, ...] = ('internal', 'public')
+                     ) -> list[cfg.Opt]:
     """Every keystoneauth option of one group, for the sample config."""
-    opts = (ks_loading.get_session_conf_options()
-            + ks_loading.get_auth_common_conf_options()
+    opts = (ks_loading.get_auth_common_conf_options()
             + ks_loading.get_auth_plugin_conf_options('password')
-            + ks_loading.get_adapter_conf_options(include_deprecated=False))
+            + _session_and_adapter_opts(service_type, interfaces))
     seen: dict[str, cfg.Opt] = {}
     for opt in opts:
-        if opt.dest == 'service_type':
-            opt = _with_default(opt, service_type)
         seen.setdefault(opt.dest, opt)
     return list(seen.values())
-
-
-def _with_default(opt: cfg.Opt, default: str) -> cfg.Opt:
-    opt = copy.deepcopy(opt)
-    opt.default = default
-    return opt

@@ -128,6 +128,15 @@ class Deployable(Base):
         sa.String(36), unique=True)
     driver_name: orm.Mapped[str | None] = orm.mapped_column(sa.String(100))
     bitstream_id: orm.Mapped[str | None] = orm.mapped_column(sa.String(36))
+    # What the resource provider in placement was last made to hold (a
+    # digest of its state), and the provider generation seen then; NULL
+    # means placement has yet to be told.
+    rp_synced: orm.Mapped[str | None] = orm.mapped_column(sa.String(64))
+    rp_generation: orm.Mapped[int | None] = orm.mapped_column(sa.Integer)
+    # Set while the host no longer reports the deployable but a request
+    # still holds it; placement then reserves all of it.
+    missing_since: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
+        sa.DateTime)
 
 
 class Attribute(Base):
@@ -208,3 +217,16 @@ class AcceleratorRequest(Base):
         sa.ForeignKey('attach_handles.id', ondelete='RESTRICT'))
     deployable_id: orm.Mapped[int | None] = orm.mapped_column(
         sa.ForeignKey('deployables.id', ondelete='RESTRICT'))
+
+
+class ProviderRemoval(Base):
+    """A resource provider to delete from placement once nothing is
+    allocated from it; written with the deletion of its deployable."""
+
+    __tablename__ = 'rp_removals'
+    __table_args__ = (
+        sa.Index(None, 'hostname'),
+    )
+
+    rp_uuid: orm.Mapped[str] = orm.mapped_column(sa.String(36), unique=True)
+    hostname: orm.Mapped[str] = orm.mapped_column(sa.String(255))

@@ -22,6 +22,7 @@ import cyborg.cmd  # noqa: F401  (native threads, before oslo.service loads)
 from cyborg import conf as cyborg_conf  # noqa: F401  (registers options)
 from cyborg.db import api as db_api
 from cyborg.db import migration
+from cyborg.tests.fakes.fixtures import fake_glance  # noqa: F401
 from cyborg.tests.fakes.fixtures import fake_nova  # noqa: F401
 
 MYSQL_URL = os.environ.get('CYBORG_TEST_MYSQL_URL',

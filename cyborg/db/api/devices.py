@@ -50,17 +50,29 @@ def get(context: cyborg_context.RequestContext, uuid: str) -> dict[str, Any]:
 
 @writer
 def set_status(context: cyborg_context.RequestContext, uuid: str,
-               status: str) -> None:
-    """Set ``enabled`` or ``maintaining``; writes nothing if unchanged."""
+               status: str) -> str | None:
+    """Set ``enabled`` or ``maintaining``; writes nothing if unchanged.
+
+    Returns the device's compute node name when the status changed, whose
+    providers in placement must then follow, else None.
+    """
     if status not in models.DEVICE_STATUSES:
         raise exception.Invalid(
             reason=f'device status must be one of '
                    f'{", ".join(models.DEVICE_STATUSES)}, not {status!r}.')
-    current = context.session.scalar(
-        sa.select(Device.status).where(Device.uuid == uuid))
+    current = context.session.execute(
+        sa.select(Device.id, Device.status, Device.hostname)
+        .where(Device.uuid == uuid)).first()
     if current is None:
         raise exception.ResourceNotFound(resource='Device', id=uuid)
-    if current != status:
-        context.session.execute(
-            sa.update(Device).where(Device.uuid == uuid)
-            .values(status=status))
+    if current.status == status:
+        return None
+    context.session.execute(
+        sa.update(Device).where(Device.id == current.id)
+        .values(status=status))
+    # Placement reserves a disabled device's inventory (see providers).
+    context.session.execute(
+        sa.update(models.Deployable)
+        .where(models.Deployable.device_id == current.id)
+        .values(rp_synced=None))
+    return current.hostname

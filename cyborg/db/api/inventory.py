@@ -16,10 +16,12 @@ import uuid
 from typing import Any
 
 import sqlalchemy as sa
+from oslo_utils import timeutils
 
 from cyborg import context as cyborg_context
 from cyborg.common.device_report import canonical_json
 from cyborg.db import models
+from cyborg.db.api import providers
 from cyborg.db.api import reader
 from cyborg.db.api import writer
 
@@ -160,6 +162,8 @@ class _Writer:
         self.session = session
         self.result = result
         self.deletes: dict[type, list[int]] = collections.defaultdict(list)
+        # Providers to delete from placement: rp uuid -> compute node name.
+        self.removals: dict[str, str] = {}
 
     def update(self, model: type[models.Base], row: Row,
                values: dict[str, Any]) -> bool:
@@ -175,6 +179,8 @@ class _Writer:
         self.deletes[model].append(row.id)
 
     def flush_deletes(self) -> None:
+        providers.add_removals(self.session, self.removals)
+        self.removals = {}
         # Children before parents, so foreign keys never see an orphan.
         order = (models.AttachHandle, models.Attribute, models.Deployable,
                  models.ControlpathID, models.Device)
@@ -222,7 +228,8 @@ def _deployable_values(report: Report, hostname: str,
     return {'num_accelerators': report['num_accelerators'],
             'driver_name': report['driver_name'],
             'rp_uuid': resource_provider_uuid(hostname, cpid_info,
-                                              report['name'])}
+                                              report['name']),
+            'missing_since': None}
 
 
 def _attribute_rows(deployable_id: int, attributes: dict[str, str]
@@ -320,7 +327,10 @@ def _sync_deployable(w: _Writer, existing: _DeployableRows, report: Report,
     return changed or bool(new_attrs or new_handles)
 
 
-def _delete_deployable(w: _Writer, dep: _DeployableRows) -> None:
+def _delete_deployable(w: _Writer, dep: _DeployableRows,
+                       hostname: str) -> None:
+    if dep.row.rp_uuid:
+        w.removals[dep.row.rp_uuid] = hostname
     for row in dep.attributes.values():
         w.delete(models.Attribute, row)
     for row in dep.handles.values():
@@ -342,23 +352,44 @@ def _sync_device(w: _Writer, existing: _DeviceRows, report: Report,
         if dep_rows is None:
             added.append((existing.row.id, existing.cpid.id, cpid_info, dep))
             continue
-        changed |= w.update(models.Deployable, dep_rows.row,
-                            _deployable_values(dep, hostname, cpid_info))
-        changed |= _sync_deployable(w, dep_rows, dep, existing.cpid.id,
-                                    rows.busy_handles)
+        values = _deployable_values(dep, hostname, cpid_info)
+        old_rp = dep_rows.row.rp_uuid
+        if old_rp and old_rp != values['rp_uuid']:
+            # The host's node name changed: a new provider replaces it.
+            w.removals[old_rp] = existing.row.hostname
+        dep_changed = w.update(models.Deployable, dep_rows.row, values)
+        dep_changed |= _sync_deployable(w, dep_rows, dep, existing.cpid.id,
+                                        rows.busy_handles)
+        if dep_changed:
+            _unsynced(w, dep_rows)
+        changed |= dep_changed
     for name, dep_rows in existing.deployables.items():
         if name in reported:
             continue
         if dep_rows.row.id in rows.busy_deployables:
             LOG.warning('Deployable %s is gone from the host but still in '
                         'use; keeping it.', name)
+            _mark_missing(w, dep_rows)
             w.result.kept_in_use += 1
             continue
-        _delete_deployable(w, dep_rows)
+        _delete_deployable(w, dep_rows, existing.row.hostname)
         changed = True
     if changed or added:
         w.result.devices_updated += 1
     return added
+
+
+def _unsynced(w: _Writer, dep: _DeployableRows) -> None:
+    """Placement has yet to learn of a change to the deployable."""
+    w.update(models.Deployable, dep.row, {'rp_synced': None})
+
+
+def _mark_missing(w: _Writer, dep: _DeployableRows) -> None:
+    """The host no longer has it but a request holds it: placement will
+    reserve all of it until the request lets go (see purge_released)."""
+    if dep.row.missing_since is None:
+        w.update(models.Deployable, dep.row,
+                 {'missing_since': timeutils.utcnow(), 'rp_synced': None})
 
 
 def _remove_device(w: _Writer, host: str, key: str, device: _DeviceRows,
@@ -369,10 +400,12 @@ def _remove_device(w: _Writer, host: str, key: str, device: _DeviceRows,
         LOG.warning('Device %s on host %s is gone but deployables %s are '
                     'still in use; keeping it.', key, host,
                     ', '.join(in_use))
+        for dep in device.deployables.values():
+            _mark_missing(w, dep)
         w.result.kept_in_use += 1
         return
     for dep in device.deployables.values():
-        _delete_deployable(w, dep)
+        _delete_deployable(w, dep, device.row.hostname)
     w.delete(models.ControlpathID, device.cpid)
     w.delete(models.Device, device.row)
     w.result.devices_removed += 1
@@ -438,3 +471,43 @@ def get_host_devices(context: cyborg_context.RequestContext, host: str
     devices = [_device_dict(device) for device in rows.devices.values()]
     devices.sort(key=lambda d: canonical_json(d['controlpath_id']))
     return devices
+
+
+@writer
+def purge_released(context: cyborg_context.RequestContext) -> int:
+    """Delete deployables their host no longer has, now that no request
+    holds them, and devices left with none; returns how many deployables.
+
+    Their providers are queued for removal from placement.
+    """
+    session = context.session
+    dep, handle = models.Deployable, models.AttachHandle
+    arq = models.AcceleratorRequest
+    held = sa.select(arq.deployable_id).where(arq.deployable_id.is_not(None))
+    busy = sa.select(handle.deployable_id).where(handle.in_use.is_(True))
+    rows = session.execute(
+        sa.select(dep.id, dep.rp_uuid, dep.device_id, models.Device.hostname)
+        .join(models.Device)
+        .where(dep.missing_since.is_not(None), dep.id.not_in(held),
+               dep.id.not_in(busy))).all()
+    if not rows:
+        return 0
+    ids = [r.id for r in rows]
+    providers.add_removals(session, {r.rp_uuid: r.hostname for r in rows
+                                     if r.rp_uuid})
+    session.execute(sa.delete(models.Attribute).where(
+        models.Attribute.deployable_id.in_(ids)))
+    session.execute(sa.delete(handle).where(handle.deployable_id.in_(ids)))
+    session.execute(sa.delete(dep).where(dep.id.in_(ids)))
+    emptied = set(session.scalars(
+        sa.select(models.Device.id).where(
+            models.Device.id.in_({r.device_id for r in rows}),
+            ~sa.exists().where(dep.device_id == models.Device.id))))
+    if emptied:
+        session.execute(sa.delete(models.ControlpathID).where(
+            models.ControlpathID.device_id.in_(emptied)))
+        session.execute(sa.delete(models.Device).where(
+            models.Device.id.in_(emptied)))
+    LOG.info('Removed %d deployable(s) that their hosts no longer have, '
+             'now that no request holds them.', len(ids))
+    return len(ids)

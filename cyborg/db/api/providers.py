@@ -1,0 +1,171 @@
+"""What each host's resource providers in placement should hold.
+
+A deployable is one provider under its host's compute node. Its desired
+state (name, resource class, inventory, traits) is derived from the
+database here; ``rp_synced`` records the digest of the state last written
+to placement, so a host whose digests all match needs no placement call.
+"""
+import dataclasses
+import hashlib
+import json
+from typing import Any
+
+import sqlalchemy as sa
+from oslo_utils import timeutils
+
+from cyborg import context as cyborg_context
+from cyborg.db import models
+from cyborg.db.api import reader
+from cyborg.db.api import writer
+
+Dep = models.Deployable
+Device = models.Device
+Removal = models.ProviderRemoval
+
+OWNER_TRAIT = 'OWNER_CYBORG'
+# Placement's limit on provider names.
+_NAME_LENGTH = 200
+
+
+@dataclasses.dataclass(frozen=True)
+class Provider:
+    """The desired state of one deployable's resource provider."""
+
+    deployable_id: int
+    uuid: str
+    name: str
+    hostname: str
+    resource_class: str | None
+    total: int
+    reserved: int
+    traits: frozenset[str]
+    synced: str | None = None
+    generation: int | None = None
+
+    def inventories(self) -> dict[str, dict[str, Any]]:
+        if not self.resource_class or self.total < 1:
+            return {}
+        return {self.resource_class: {
+            'total': self.total, 'max_unit': self.total,
+            'reserved': self.reserved, 'min_unit': 1, 'step_size': 1,
+            'allocation_ratio': 1.0}}
+
+    def digest(self) -> str:
+        state = {'uuid': self.uuid, 'name': self.name,
+                 'parent': self.hostname, 'inventories': self.inventories(),
+                 'traits': sorted(self.traits)}
+        return hashlib.sha256(json.dumps(state, sort_keys=True).encode()
+                              ).hexdigest()
+
+    @property
+    def in_sync(self) -> bool:
+        return self.synced == self.digest()
+
+
+def provider_name(hostname: str, deployable_name: str) -> str:
+    """The deployable's name, prefixed with the host's unless drivers
+    already put it there: provider names are unique across a cloud."""
+    if not deployable_name.startswith(hostname):
+        deployable_name = f'{hostname}_{deployable_name}'
+    return deployable_name[:_NAME_LENGTH]
+
+
+@reader
+def host_providers(context: cyborg_context.RequestContext, hostname: str
+                   ) -> list[Provider]:
+    """The desired provider of every deployable on ``hostname``."""
+    session = context.session
+    rows = session.execute(
+        sa.select(Dep.id, Dep.rp_uuid, Dep.name, Dep.num_accelerators,
+                  Dep.missing_since, Dep.rp_synced, Dep.rp_generation,
+                  Device.status)
+        .join(Device).where(Device.hostname == hostname,
+                            Dep.rp_uuid.is_not(None))
+        .order_by(Dep.id)).all()
+    if not rows:
+        return []
+    classes: dict[int, str] = {}
+    traits: dict[int, set[str]] = {row.id: {OWNER_TRAIT} for row in rows}
+    attr = models.Attribute
+    for dep_id, key, value in session.execute(
+            sa.select(attr.deployable_id, attr.key, attr.value)
+            .join(Dep).join(Device)
+            .where(Device.hostname == hostname,
+                   sa.or_(attr.key == 'rc', attr.key.startswith('trait')))):
+        if key == 'rc':
+            classes[dep_id] = value.strip()
+        elif value.strip():
+            traits[dep_id].add(value.strip())
+    return [Provider(
+        deployable_id=row.id, uuid=row.rp_uuid,
+        name=provider_name(hostname, row.name), hostname=hostname,
+        resource_class=classes.get(row.id), total=row.num_accelerators,
+        reserved=(row.num_accelerators if row.status != 'enabled'
+                  or row.missing_since is not None else 0),
+        traits=frozenset(traits[row.id]), synced=row.rp_synced,
+        generation=row.rp_generation) for row in rows]
+
+
+@reader
+def removals(context: cyborg_context.RequestContext,
+             hostname: str) -> list[str]:
+    """Providers of ``hostname`` waiting to be deleted from placement."""
+    return list(context.session.scalars(
+        sa.select(Removal.rp_uuid).where(Removal.hostname == hostname)
+        .order_by(Removal.id)))
+
+
+@reader
+def pending_hostnames(context: cyborg_context.RequestContext) -> list[str]:
+    """Hosts with a provider not yet written, or one to delete."""
+    unsynced = (sa.select(Device.hostname).join(Dep)
+                .where(Dep.rp_synced.is_(None), Dep.rp_uuid.is_not(None)))
+    removing = sa.select(Removal.hostname)
+    return sorted(context.session.scalars(
+        sa.union(unsynced, removing)))
+
+
+@reader
+def all_hostnames(context: cyborg_context.RequestContext) -> list[str]:
+    return sorted(context.session.scalars(
+        sa.union(sa.select(Device.hostname), sa.select(Removal.hostname))))
+
+
+@writer
+def record(context: cyborg_context.RequestContext,
+           states: list[tuple[int, str | None, int | None]]) -> None:
+    """Store (deployable id, digest, generation) after placement calls;
+    a None digest marks the provider as still to be written."""
+    if states:
+        context.session.execute(
+            sa.update(Dep).execution_options(synchronize_session=False),
+            [{'id': dep_id, 'rp_synced': digest, 'rp_generation': gen}
+             for dep_id, digest, gen in states])
+
+
+@writer
+def forget_removals(context: cyborg_context.RequestContext,
+                    rp_uuids: list[str]) -> None:
+    if rp_uuids:
+        context.session.execute(
+            sa.delete(Removal).where(Removal.rp_uuid.in_(rp_uuids)))
+
+
+def add_removals(session: sa.orm.Session, entries: dict[str, str]) -> None:
+    """Queue providers (uuid: hostname) for deletion, in the caller's
+    transaction; one already queued is left as it is."""
+    if not entries:
+        return
+    queued = set(session.scalars(sa.select(Removal.rp_uuid).where(
+        Removal.rp_uuid.in_(list(entries)))))
+    now = timeutils.utcnow()
+    rows = [{'rp_uuid': uuid, 'hostname': hostname, 'created_at': now}
+            for uuid, hostname in entries.items() if uuid not in queued]
+    if rows:
+        session.execute(sa.insert(Removal), rows)
+
+
+@writer
+def queue_removals(context: cyborg_context.RequestContext,
+                   entries: dict[str, str]) -> None:
+    add_removals(context.session, entries)
