@@ -24,6 +24,8 @@ from cyborg.db import api as db_api
 from cyborg.db import migration
 from cyborg.tests.fakes.fixtures import fake_glance  # noqa: F401
 from cyborg.tests.fakes.fixtures import fake_nova  # noqa: F401
+from cyborg.tests.placement_server import placement  # noqa: F401
+from cyborg.tests.placement_server import placement_url  # noqa: F401
 
 MYSQL_URL = os.environ.get('CYBORG_TEST_MYSQL_URL',
                            'mysql+pymysql://root@127.0.0.1:3306/')
