@@ -1,34 +1,172 @@
 """Server side of the agent RPC API, and the agent's periodic work."""
 import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
 
 import oslo_messaging as messaging
 from oslo_config import cfg
+from oslo_utils import uuidutils
 
 from cyborg import context as cyborg_context
 from cyborg import version
+from cyborg.accelerator.drivers.base import AcceleratorDriver
 from cyborg.agent import resource_tracker
 from cyborg.common import exception
+from cyborg.common import glance_client
+from cyborg.common.device_report import canonical_json
 from cyborg.conductor import rpcapi as conductor_rpcapi
 
 LOG = logging.getLogger(__name__)
+
+Context = cyborg_context.RequestContext
+
+# What a device-side action can raise back to the caller.
+_ACTION_ERRORS = (exception.Invalid, exception.DeviceActionError,
+                  exception.NotSupported)
+
+
+def _check_string_map(name: str, value: Any) -> None:
+    if (not isinstance(value, dict) or not value
+            or not all(isinstance(k, str) and isinstance(v, str)
+                       for k, v in value.items())):
+        raise exception.Invalid(
+            reason=f'{name} must be a non-empty map of strings, not '
+                   f'{value!r}')
+
+
+def _check_string(name: str, value: Any) -> None:
+    if not isinstance(value, str) or not value:
+        raise exception.Invalid(
+            reason=f'{name} must be a non-empty string, not {value!r}')
+
+
+def _check_uuid(name: str, value: Any) -> None:
+    if not uuidutils.is_uuid_like(value):
+        raise exception.Invalid(reason=f'{name} must be a UUID, not '
+                                       f'{value!r}')
 
 
 class AgentManager:
     """What the conductor can ask of this host's agent."""
 
-    target = messaging.Target(version='1.0')
+    target = messaging.Target(version='1.1')
 
     def __init__(self, conf: cfg.ConfigOpts,
                  tracker: resource_tracker.ResourceTracker,
-                 conductor_api: conductor_rpcapi.ConductorAPI) -> None:
+                 conductor_api: conductor_rpcapi.ConductorAPI,
+                 glance: glance_client.GlanceClient | None = None) -> None:
         self.conf = conf
         self.tracker = tracker
         self.conductor_api = conductor_api
+        self.glance = glance or glance_client.GlanceClient(conf)
+        self._device_locks: dict[str, threading.Lock] = {}
+        self._device_locks_guard = threading.Lock()
+
+    @property
+    def bitstream_dir(self) -> str:
+        """Where downloaded bitstreams are kept, and found again."""
+        return os.path.join(self.conf.state_path, 'bitstreams')
 
     @messaging.expected_exceptions(exception.DriverError)
-    def discover(self, context: cyborg_context.RequestContext
-                 ) -> dict[str, int] | None:
+    def discover(self, context: Context) -> dict[str, int] | None:
         return self.tracker.update(force=True)
+
+    @messaging.expected_exceptions(*_ACTION_ERRORS,
+                                   exception.BitstreamNotFound,
+                                   exception.BitstreamError)
+    def program_fpga(self, context: Context, controlpath_id: dict[str, str],
+                     deployable_name: str, driver_name: str,
+                     bitstream_id: str) -> dict[str, Any]:
+        """Load image ``bitstream_id`` onto a deployable, then report.
+
+        Returns ``{'bitstream_id': ..., 'reported': bool}``; ``reported``
+        is False when the device was programmed but the inventory report
+        that follows failed (the next periodic report carries it).
+        """
+        _check_string_map('controlpath_id', controlpath_id)
+        _check_string('deployable_name', deployable_name)
+        _check_string('bitstream_id', bitstream_id)
+        device = canonical_json(controlpath_id)
+        driver = self._driver(driver_name, 'program', device)
+        bitstream = self.glance.get_image(bitstream_id)
+        path = self.glance.download(bitstream, self.bitstream_dir)
+        # Downloads may overlap; two programs of one device may not.
+        with self._device_lock(device):
+            LOG.info('Programming %s on %s with bitstream %s (%s)',
+                     deployable_name, device, bitstream.id,
+                     bitstream.function_id or 'no function id')
+            self._act(driver.program, 'program', device, controlpath_id,
+                      deployable_name, path, bitstream.to_dict())
+        LOG.info('Programmed %s with bitstream %s', deployable_name,
+                 bitstream.id)
+        return {'bitstream_id': bitstream.id, 'reported': self._report()}
+
+    @messaging.expected_exceptions(*_ACTION_ERRORS)
+    def create_mdev(self, context: Context, driver_name: str,
+                    attach_info: dict[str, str], mdev_uuid: str) -> None:
+        """Create mediated device ``mdev_uuid`` for an MDEV attach handle."""
+        self._mdev_action('create mdev', driver_name, attach_info, mdev_uuid)
+
+    @messaging.expected_exceptions(*_ACTION_ERRORS)
+    def remove_mdev(self, context: Context, driver_name: str,
+                    attach_info: dict[str, str], mdev_uuid: str) -> None:
+        """Remove mediated device ``mdev_uuid``; a missing one is fine."""
+        self._mdev_action('remove mdev', driver_name, attach_info, mdev_uuid)
+
+    def _mdev_action(self, action: str, driver_name: str,
+                     attach_info: dict[str, str], mdev_uuid: str) -> None:
+        _check_string_map('attach_info', attach_info)
+        _check_uuid('mdev_uuid', mdev_uuid)
+        device = canonical_json(attach_info)
+        driver = self._driver(driver_name, action, device)
+        method = (driver.create_mdev if action == 'create mdev'
+                  else driver.remove_mdev)
+        LOG.debug('%s %s on %s', action, mdev_uuid, device)
+        self._act(method, action, device, attach_info, mdev_uuid)
+
+    def _driver(self, driver_name: str, action: str,
+                device: str) -> AcceleratorDriver:
+        loaded = [type(d).driver_name for d in self.tracker.drivers]
+        for driver in self.tracker.drivers:
+            if type(driver).driver_name == driver_name:
+                return driver
+        raise exception.DeviceActionError(
+            action=action, device=device,
+            reason=f'no driver named {driver_name!r} is loaded on host '
+                   f'{self.conf.host} (loaded: {", ".join(loaded)})')
+
+    def _device_lock(self, device: str) -> threading.Lock:
+        with self._device_locks_guard:
+            return self._device_locks.setdefault(device, threading.Lock())
+
+    @staticmethod
+    def _act(method: Callable[..., None], action: str, device: str,
+             *args: Any) -> None:
+        """Call a driver; errors that are not cyborg's become
+        DeviceActionError, so the caller learns what failed."""
+        try:
+            method(*args)
+        except exception.CyborgException:
+            raise
+        except Exception as exc:
+            LOG.exception('Driver failed to %s on %s', action, device)
+            raise exception.DeviceActionError(
+                action=action, device=device,
+                reason=f'{type(exc).__name__}: {exc}') from exc
+
+    def _report(self) -> bool:
+        """Report now, so that the device's new traits reach placement."""
+        try:
+            self.tracker.update(force=True)
+        except (exception.CyborgException,
+                messaging.MessagingException) as exc:
+            LOG.warning('Inventory report after a device change failed '
+                        '(%s); the next periodic report will carry it.',
+                        exc)
+            return False
+        return True
 
     def periodic_report(self) -> None:
         self.tracker.update()

@@ -1,20 +1,31 @@
 """Client side of the agent RPC API."""
+from typing import Any
+
 import oslo_messaging as messaging
 from oslo_config import cfg
 
 from cyborg import context as cyborg_context
+from cyborg.common import exception
 from cyborg.common import rpc
+
+Context = cyborg_context.RequestContext
 
 
 class AgentAPI:
     """Calls into the agent of one host (topic ``cyborg-agent``).
 
+    Every call is addressed to one host and sent with ``at_least_once``: when
+    no agent listens there the broker returns the message and the call
+    fails at once with AgentUnavailable instead of waiting for a timeout.
+
     API version history:
 
     * 1.0 - Initial version: ``discover``.
+    * 1.1 - Device-side work for binds: ``program_fpga``, ``create_mdev``,
+      ``remove_mdev``.
     """
 
-    RPC_API_VERSION = '1.0'
+    RPC_API_VERSION = '1.1'
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         target = messaging.Target(topic=rpc.AGENT_TOPIC,
@@ -22,7 +33,26 @@ class AgentAPI:
         self.client = rpc.get_client(target,
                                      version_cap=conf.upgrade_levels.agent)
 
-    def discover(self, context: cyborg_context.RequestContext, host: str
+    def _call(self, context: Context, host: str, version: str, method: str,
+              timeout: float | None = None, **kwargs: Any) -> Any:
+        if not self.client.can_send_version(version):
+            raise exception.NotSupported(
+                what=f'Agent RPC {method} (version {version}) with '
+                     f'[upgrade_levels] agent={self.client.version_cap}')
+        cctxt = self.client.prepare(
+            server=host, version=version, timeout=timeout,
+            transport_options=messaging.TransportOptions(at_least_once=True))
+        try:
+            return cctxt.call(context, method, **kwargs)
+        except messaging.MessageUndeliverable as exc:
+            raise exception.AgentUnavailable(
+                host=host, reason=f'no agent listens for {method}') from exc
+        except messaging.MessagingTimeout as exc:
+            raise exception.AgentUnavailable(
+                host=host, reason=f'no answer to {method} within '
+                                  f'{cctxt.timeout}s') from exc
+
+    def discover(self, context: Context, host: str
                  ) -> dict[str, int] | None:
         """Make the agent on ``host`` discover and report now; wait for it.
 
@@ -32,3 +62,40 @@ class AgentAPI:
             server=host, version='1.0',
             transport_options=messaging.TransportOptions(at_least_once=True))
         return cctxt.call(context, 'discover')
+
+    def program_fpga(self, context: Context, host: str,
+                     controlpath_id: dict[str, str], deployable_name: str,
+                     driver_name: str, bitstream_id: str,
+                     timeout: float) -> dict[str, Any]:
+        """Program deployable ``deployable_name`` of the device at
+        ``controlpath_id`` with Glance image ``bitstream_id``; wait up to
+        ``timeout`` seconds.
+
+        The agent reports its inventory before it answers, so the
+        deployable's new function trait is known when this returns.
+        Returns ``{'bitstream_id': str, 'reported': bool}``. Raises
+        DeviceActionError, BitstreamNotFound, BitstreamError, NotSupported
+        or Invalid from the agent, and AgentUnavailable.
+        """
+        return self._call(context, host, '1.1', 'program_fpga',
+                          timeout=timeout, controlpath_id=controlpath_id,
+                          deployable_name=deployable_name,
+                          driver_name=driver_name,
+                          bitstream_id=bitstream_id)
+
+    def create_mdev(self, context: Context, host: str, driver_name: str,
+                    attach_info: dict[str, str], mdev_uuid: str,
+                    timeout: float) -> None:
+        """Create mediated device ``mdev_uuid`` for the MDEV attach handle
+        ``attach_info``; the attach handle's uuid is the mdev's."""
+        self._call(context, host, '1.1', 'create_mdev', timeout=timeout,
+                   driver_name=driver_name, attach_info=attach_info,
+                   mdev_uuid=mdev_uuid)
+
+    def remove_mdev(self, context: Context, host: str, driver_name: str,
+                    attach_info: dict[str, str], mdev_uuid: str,
+                    timeout: float) -> None:
+        """Remove mediated device ``mdev_uuid``; succeeds if it is gone."""
+        self._call(context, host, '1.1', 'remove_mdev', timeout=timeout,
+                   driver_name=driver_name, attach_info=attach_info,
+                   mdev_uuid=mdev_uuid)

@@ -4,8 +4,9 @@ from oslo_config import cfg
 fake_driver_group = cfg.OptGroup(
     'fake_driver',
     title='Fake driver options',
-    help='The fake driver reports FPGA-like devices that do not exist. It '
-         'serves the all-in-one service, tests and benchmarks.')
+    help='The fake driver reports FPGA-like devices, and optionally GPUs '
+         'offering vGPUs, that do not exist. It serves the all-in-one '
+         'service, tests and benchmarks.')
 
 fake_driver_opts = [
     cfg.IntOpt(
@@ -21,6 +22,31 @@ fake_driver_opts = [
         max=248,
         help='How many accelerators (and TEST_PCI attach handles) each fake '
              'device offers.'),
+    cfg.IntOpt(
+        'vgpu_device_count',
+        default=0,
+        min=0,
+        max=4096,
+        help='How many fake GPUs offering vGPUs the driver reports, besides '
+             'the FPGA-like devices. Each has one deployable of resource '
+             'class VGPU whose accelerators are MDEV attach handles.'),
+    cfg.IntOpt(
+        'vgpus_per_device',
+        default=4,
+        min=1,
+        max=64,
+        help='How many vGPUs (MDEV attach handles) each fake GPU offers.'),
+    cfg.StrOpt(
+        'program_log',
+        help='A file to which the driver appends one JSON line for every '
+             'device it is asked to program, so that a test in another '
+             'process can see what was programmed. Unset, nothing is '
+             'written.'),
+    cfg.BoolOpt(
+        'program_fail',
+        default=False,
+        help='Make every attempt to program a fake device fail, to test '
+             'how failed FPGA binds are handled.'),
 ]
 
 

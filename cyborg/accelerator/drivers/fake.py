@@ -1,36 +1,101 @@
 """A driver for devices that do not exist: FPGA-like, for tests and demos."""
+import hashlib
+import json
+import threading
+from typing import Any
+
+from oslo_config import cfg
+
 from cyborg.accelerator.drivers.base import AcceleratorDriver
+from cyborg.accelerator.drivers.base import bitstream_trait
+from cyborg.accelerator.drivers.base import function_trait
+from cyborg.common import exception
 from cyborg.common.device_report import DriverAttachHandle
 from cyborg.common.device_report import DriverDeployable
 from cyborg.common.device_report import DriverDevice
+from cyborg.common.device_report import canonical_json
 from cyborg.common.device_report import pci_address
 
 VENDOR_ID = '0xabcd'
 PRODUCT_ID = '0xfa4e'
+GPU_PRODUCT_ID = '0x6a11'
+VGPU_TYPE = 'fake-vgpu-1'
 # Up to 200 fake cards per PCI domain, from bus 0x0c upwards.
 _BUSES_PER_DOMAIN = 200
 _FIRST_BUS = 0x0c
+# FPGA cards from domain 0000 upwards, GPUs from domain 1000 upwards.
+_FIRST_FPGA_DOMAIN = 0x0000
+_FIRST_GPU_DOMAIN = 0x1000
+_PCI_KEYS = ('domain', 'bus', 'device', 'function')
+
+
+def _address(index: int, first_domain: int) -> dict[str, str]:
+    domain, bus = divmod(index, _BUSES_PER_DOMAIN)
+    return pci_address(f'{first_domain + domain:04x}',
+                       f'{_FIRST_BUS + bus:02x}', '00', '0')
+
+
+def _index(address: dict[str, str], first_domain: int, count: int
+           ) -> int | None:
+    """The index of the fake device at PCI ``address``, if there is one."""
+    try:
+        wanted = pci_address(*(address[k] for k in _PCI_KEYS))
+        domain, bus = int(wanted['domain'], 16), int(wanted['bus'], 16)
+    except (KeyError, TypeError, AttributeError, ValueError):
+        return None
+    index = ((domain - first_domain) * _BUSES_PER_DOMAIN
+             + bus - _FIRST_BUS)
+    if 0 <= index < count and _address(index, first_domain) == wanted:
+        return index
+    return None
+
+
+def _slot(address: dict[str, str]) -> str:
+    return '{domain}:{bus}:{device}.{function}'.format(**address)
+
+
+def read_program_log(path: str) -> list[dict[str, Any]]:
+    """The calls recorded in a ``[fake_driver] program_log`` file."""
+    try:
+        with open(path, encoding='utf-8') as log:
+            return [json.loads(line) for line in log if line.strip()]
+    except FileNotFoundError:
+        return []
 
 
 class FakeDriver(AcceleratorDriver):
-    """Reports ``[fake_driver] device_count`` FPGA-like cards.
+    """Reports ``[fake_driver] device_count`` FPGA-like cards and
+    ``[fake_driver] vgpu_device_count`` GPUs offering vGPUs.
 
     Each card is one device with one deployable whose accelerators are
     TEST_PCI functions 1..N of the card's slot; Nova ignores TEST_PCI
     handles, so fake devices can be bound but are never passed through.
+    A card can be programmed: from then on it reports the function of its
+    bitstream as a trait. Each GPU is one device with one deployable whose
+    accelerators are MDEV attach handles; mdevs are created and removed in
+    memory.
+
+    What the device-side actions did is kept on the instance for tests:
+    ``program_calls`` (every call to ``program``, oldest first),
+    ``loaded`` (bitstream per card slot) and ``mdevs`` (mdev uuid → parent
+    GPU slot).
     """
 
     driver_name = 'fake'
 
-    def _card_address(self, index: int) -> dict[str, str]:
-        domain, bus = divmod(index, _BUSES_PER_DOMAIN)
-        return pci_address(f'{domain:04x}', f'{_FIRST_BUS + bus:02x}',
-                           '00', '0')
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        super().__init__(conf)
+        self._lock = threading.Lock()
+        self.program_calls: list[dict[str, Any]] = []
+        self.loaded: dict[str, dict[str, Any]] = {}
+        self.mdevs: dict[str, str] = {}
+
+    def _deployable_name(self, address: dict[str, str]) -> str:
+        return f'{self.hostname}_{_slot(address)}'
 
     def _card(self, index: int) -> DriverDevice:
         options = self.conf.fake_driver
-        address = self._card_address(index)
-        slot = '{domain}:{bus}:{device}.{function}'.format(**address)
+        address = _address(index, _FIRST_FPGA_DOMAIN)
         handles = []
         for function_number in range(1, options.accelerators_per_device + 1):
             device, function = divmod(function_number, 8)
@@ -38,13 +103,17 @@ class FakeDriver(AcceleratorDriver):
                 attach_type='TEST_PCI',
                 attach_info=pci_address(address['domain'], address['bus'],
                                         f'{device:02x}', f'{function:x}')))
+        attributes = {'rc': 'FPGA',
+                      'trait0': 'CUSTOM_FAKE_DEVICE',
+                      'trait1': 'OWNER_CYBORG'}
+        bitstream = self.loaded.get(_slot(address))
+        if bitstream is not None:
+            attributes['trait_function'] = self._function_trait(bitstream)
         deployable = DriverDeployable(
-            name=f'{self.hostname}_{slot}',
+            name=self._deployable_name(address),
             num_accelerators=len(handles),
             driver_name=self.driver_name,
-            attributes={'rc': 'FPGA',
-                        'trait0': 'CUSTOM_FAKE_DEVICE',
-                        'trait1': 'OWNER_CYBORG'},
+            attributes=attributes,
             attach_handles=handles)
         return DriverDevice(
             type='FPGA', vendor=VENDOR_ID, model='fake-fpga',
@@ -54,6 +123,129 @@ class FakeDriver(AcceleratorDriver):
             vendor_board_info={'firmware': 'fake-1.0'},
             deployables=[deployable])
 
+    def _gpu(self, index: int) -> DriverDevice:
+        address = _address(index, _FIRST_GPU_DOMAIN)
+        handles = [
+            DriverAttachHandle(
+                attach_type='MDEV',
+                attach_info=dict(address, asked_type=VGPU_TYPE,
+                                 vgpu_mark=f'{VGPU_TYPE}_{n}'))
+            for n in range(self.conf.fake_driver.vgpus_per_device)]
+        deployable = DriverDeployable(
+            name=self._deployable_name(address),
+            num_accelerators=len(handles),
+            driver_name=self.driver_name,
+            attributes={'rc': 'VGPU',
+                        'trait0': 'OWNER_CYBORG',
+                        'trait1': 'CUSTOM_FAKE_VGPU'},
+            attach_handles=handles)
+        return DriverDevice(
+            type='GPU', vendor=VENDOR_ID, model='fake-gpu',
+            controlpath_id=address,
+            std_board_info={'product_id': GPU_PRODUCT_ID,
+                            'controller': 'VGA compatible controller'},
+            vendor_board_info={'firmware': 'fake-1.0'},
+            deployables=[deployable])
+
     def discover(self) -> list[DriverDevice]:
-        return [self._card(i)
-                for i in range(self.conf.fake_driver.device_count)]
+        options = self.conf.fake_driver
+        with self._lock:
+            return ([self._card(i) for i in range(options.device_count)]
+                    + [self._gpu(i)
+                       for i in range(options.vgpu_device_count)])
+
+    @staticmethod
+    def _function_trait(bitstream: dict[str, Any]) -> str:
+        function_id = bitstream.get('properties', {}).get(
+            'accel:function_id')
+        if function_id:
+            return function_trait('fake', function_id)
+        return bitstream_trait('fake', bitstream['id'])
+
+    def program(self, controlpath_id: dict[str, str], deployable_name: str,
+                image_path: str, bitstream: dict[str, Any]) -> None:
+        call: dict[str, Any] = {
+            'controlpath_id': dict(controlpath_id),
+            'deployable_name': deployable_name,
+            'image_path': image_path,
+            'bitstream': dict(bitstream),
+            'error': None}
+        try:
+            self._program(call)
+        except exception.DeviceActionError as exc:
+            call['error'] = str(exc)
+            raise
+        finally:
+            self._record(call)
+
+    def _program(self, call: dict[str, Any]) -> None:
+        def fail(reason: str) -> exception.DeviceActionError:
+            return exception.DeviceActionError(
+                action='program', reason=reason,
+                device=canonical_json(call['controlpath_id']))
+
+        index = _index(call['controlpath_id'], _FIRST_FPGA_DOMAIN,
+                       self.conf.fake_driver.device_count)
+        if index is None:
+            raise fail('no such fake FPGA')
+        address = _address(index, _FIRST_FPGA_DOMAIN)
+        if call['deployable_name'] != self._deployable_name(address):
+            raise fail(f'it has no deployable {call["deployable_name"]}')
+        if self.conf.fake_driver.program_fail:
+            raise fail('[fake_driver] program_fail is set')
+        # A real driver hands the file to the vendor tool; reading it
+        # makes a missing or unreadable file fail here too.
+        digest = hashlib.sha256()
+        try:
+            with open(call['image_path'], 'rb') as image:
+                for chunk in iter(lambda: image.read(1 << 20), b''):
+                    digest.update(chunk)
+        except OSError as exc:
+            raise fail(f'cannot read {call["image_path"]}: {exc}') from exc
+        call['image_sha256'] = digest.hexdigest()
+        with self._lock:
+            self.loaded[_slot(address)] = call['bitstream']
+
+    def _record(self, call: dict[str, Any]) -> None:
+        with self._lock:
+            self.program_calls.append(call)
+            path = self.conf.fake_driver.program_log
+            if path:
+                with open(path, 'a', encoding='utf-8') as log:
+                    log.write(json.dumps(call, sort_keys=True) + '\n')
+
+    def _gpu_slot(self, action: str, attach_info: dict[str, str]) -> str:
+        index = _index(attach_info, _FIRST_GPU_DOMAIN,
+                       self.conf.fake_driver.vgpu_device_count)
+        if index is None:
+            raise exception.DeviceActionError(
+                action=action, device=canonical_json(attach_info),
+                reason='no such fake GPU')
+        if attach_info.get('asked_type') != VGPU_TYPE:
+            raise exception.DeviceActionError(
+                action=action, device=canonical_json(attach_info),
+                reason=f'the fake GPU only offers type {VGPU_TYPE}')
+        return _slot(_address(index, _FIRST_GPU_DOMAIN))
+
+    def create_mdev(self, attach_info: dict[str, str],
+                    mdev_uuid: str) -> None:
+        parent = self._gpu_slot('create mdev', attach_info)
+        with self._lock:
+            if mdev_uuid in self.mdevs:
+                raise exception.DeviceActionError(
+                    action='create mdev', device=parent,
+                    reason=f'mdev {mdev_uuid} already exists on '
+                           f'{self.mdevs[mdev_uuid]}')
+            used = sum(1 for p in self.mdevs.values() if p == parent)
+            if used >= self.conf.fake_driver.vgpus_per_device:
+                raise exception.DeviceActionError(
+                    action='create mdev', device=parent,
+                    reason=f'all {used} vGPUs are in use')
+            self.mdevs[mdev_uuid] = parent
+
+    def remove_mdev(self, attach_info: dict[str, str],
+                    mdev_uuid: str) -> None:
+        parent = self._gpu_slot('remove mdev', attach_info)
+        with self._lock:
+            if self.mdevs.get(mdev_uuid) == parent:
+                del self.mdevs[mdev_uuid]

@@ -6,6 +6,7 @@ import pytest
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
+from cyborg.tests.fakes import glance
 from cyborg.tests.fakes import http
 from cyborg.tests.fakes import nova
 
@@ -55,3 +56,20 @@ def nova_conf(conf: cfg.ConfigOpts, fake: nova.FakeNova) -> cfg.ConfigOpts:
     use_admin_token(conf, 'nova', fake.token, fake.endpoint)
     return conf
 
+
+@pytest.fixture
+def fake_glance() -> Iterator[glance.FakeGlance]:
+    """A started FakeGlance; see ``glance_conf`` to point [glance] at it."""
+    yield from running(glance.FakeGlance())
+
+
+def glance_conf(conf: cfg.ConfigOpts,
+                fake: glance.FakeGlance) -> cfg.ConfigOpts:
+    """Point [glance] at ``fake``, with the token it expects; returns
+    conf."""
+    use_admin_token(conf, 'glance', fake.token, fake.endpoint)
+    # The conf fixture's reset() also drops the defaults set when the
+    # group was registered, and without a service type keystoneauth finds
+    # no endpoint even for a fixed one.
+    conf.set_override('service_type', 'image', group='glance')
+    return conf
