@@ -9,6 +9,8 @@ from oslo_db import exception as db_exc
 from cyborg import context as cyborg_context
 from cyborg.common import device_report
 from cyborg.common import exception
+from cyborg.conductor import binding
+from cyborg.conductor import placement_sync
 from cyborg.db.api import arqs
 from cyborg.db.api import attributes
 from cyborg.db.api import device_profiles
@@ -19,13 +21,36 @@ from cyborg.db.api import services
 LOG = logging.getLogger(__name__)
 
 
+def placement_configured(conf: cfg.ConfigOpts) -> bool:
+    """Whether [placement] names a way to reach placement at all."""
+    return bool(conf.placement.auth_type or conf.placement.endpoint_override)
+
+
 class ConductorManager:
-    """Turns agent reports and heartbeats into database rows."""
+    """Turns agent reports and heartbeats into database rows, publishes
+    them to placement and binds accelerator requests."""
 
     target = messaging.Target(version='1.1')
 
-    def __init__(self, conf: cfg.ConfigOpts) -> None:
+    def __init__(self, conf: cfg.ConfigOpts,
+                 placement: placement_sync.PlacementSync | None = None,
+                 binder: binding.Binder | None = None) -> None:
         self.conf = conf
+        if placement is None and placement_configured(conf):
+            placement = placement_sync.PlacementSync(conf)
+        self.placement = placement
+        self.binder = binder or binding.Binder(conf)
+
+    def sync_placement(self, hostname: str) -> int:
+        """Publish the host's changes; the providers still pending."""
+        if self.placement is None:
+            return 0
+        try:
+            return self.placement.sync_host(hostname).pending
+        except Exception:
+            # The database is right; the periodic pass tries again.
+            LOG.exception('Placement sync of host %s failed', hostname)
+            return -1
 
     @messaging.expected_exceptions(exception.InvalidReport,
                                    exception.ReportConflict)
@@ -61,7 +86,9 @@ class ConductorManager:
                      if result.kept_in_use else '')
         else:
             LOG.debug('Host %s: report unchanged.', host)
-        return result.to_dict()
+        answer = result.to_dict()
+        answer['placement_pending'] = self.sync_placement(report['hostname'])
+        return answer
 
     def service_heartbeat(self, context: cyborg_context.RequestContext,
                           host: str, binary: str, version: str,
@@ -96,18 +123,20 @@ class ConductorManager:
     def arq_apply_patch(self, context: cyborg_context.RequestContext,
                         binds: dict[str, dict[str, Any]],
                         unbinds: list[str]) -> None:
-        arqs.apply_patch(context, binds, unbinds)
+        self.binder.apply_patch(context, binds, unbinds)
 
     @messaging.expected_exceptions(exception.CyborgException)
     def arq_delete(self, context: cyborg_context.RequestContext,
                    uuids: list[str] | None = None,
                    instance_uuid: str | None = None) -> None:
-        arqs.delete(context, uuids, instance_uuid)
+        self.binder.delete(context, uuids, instance_uuid)
 
     @messaging.expected_exceptions(exception.CyborgException)
     def device_set_status(self, context: cyborg_context.RequestContext,
                           uuid: str, status: str) -> None:
-        devices.set_status(context, uuid, status)
+        hostname = devices.set_status(context, uuid, status)
+        if hostname:
+            self.sync_placement(hostname)
 
     @messaging.expected_exceptions(exception.CyborgException)
     def attribute_create(self, context: cyborg_context.RequestContext,

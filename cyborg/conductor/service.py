@@ -1,4 +1,4 @@
-"""Assembling a conductor: RPC endpoints and its own heartbeat."""
+"""Assembling a conductor: RPC endpoints, its heartbeat and periodic work."""
 from oslo_config import cfg
 
 from cyborg import context as cyborg_context
@@ -6,7 +6,11 @@ from cyborg import version
 from cyborg.common import rpc
 from cyborg.common import service
 from cyborg.conductor import manager
+from cyborg.conductor import placement_sync
 from cyborg.db.api import services
+
+# Seconds between two looks for binds whose conductor stopped.
+STALE_BIND_INTERVAL = 60
 
 
 def build(conf: cfg.ConfigOpts) -> service.Service:
@@ -16,7 +20,19 @@ def build(conf: cfg.ConfigOpts) -> service.Service:
         services.heartbeat(cyborg_context.get_admin_context(), conf.host,
                            'cyborg-conductor', version.version_string())
 
-    return service.Service(
-        rpc.CONDUCTOR_TOPIC, conf.host, [manager.ConductorManager(conf)],
-        [service.PeriodicTask('conductor-heartbeat', heartbeat,
-                              conf.heartbeat_interval)])
+    conductor = manager.ConductorManager(conf)
+    tasks = [service.PeriodicTask('conductor-heartbeat', heartbeat,
+                                  conf.heartbeat_interval),
+             service.PeriodicTask('conductor-stale-binds',
+                                  conductor.binder.fail_stale_binds,
+                                  STALE_BIND_INTERVAL)]
+    if conductor.placement is not None:
+        tasks.append(service.PeriodicTask(
+            'placement-sync', conductor.placement.sync_pending,
+            min(placement_sync.TICK, conf.placement.sync_interval)))
+        if conf.placement.reconcile_interval:
+            tasks.append(service.PeriodicTask(
+                'placement-reconcile', conductor.placement.reconcile,
+                conf.placement.reconcile_interval))
+    return service.Service(rpc.CONDUCTOR_TOPIC, conf.host, [conductor],
+                           tasks)
