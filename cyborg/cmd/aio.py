@@ -57,6 +57,8 @@ def _configure(args: argparse.Namespace) -> str:
     # Development settings: no Keystone, and no service token for binds.
     CONF.set_override('auth_strategy', 'noauth', 'api')
     CONF.set_override('require_service_token', False, 'api')
+    # No Nova waits for bind events on a first run.
+    CONF.set_override('send_events', False, 'nova')
     return url
 
 
