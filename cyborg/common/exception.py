@@ -106,6 +106,20 @@ class DuplicateDeviceProfileUUID(Conflict):
     msg_fmt = 'A device profile with uuid %(uuid)s already exists.'
 
 
+class ProgramNotSupported(Conflict):
+    msg_fmt = ('Deployable %(uuid)s (driver %(driver)s) cannot be '
+               'programmed: the driver has no programming support.')
+
+
+class ProgramFailed(Conflict):
+    msg_fmt = 'Programming deployable %(uuid)s failed: %(reason)s'
+
+
+class DeployableBusy(Conflict):
+    msg_fmt = ('Deployable %(uuid)s serves %(count)s accelerator '
+               'request(s); unbind them before programming it.')
+
+
 class ReportConflict(Conflict):
     msg_fmt = ('The device report from host %(host)s conflicts with what '
                'another host reported: %(reason)s')

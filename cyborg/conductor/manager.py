@@ -13,6 +13,7 @@ from cyborg.conductor import binding
 from cyborg.conductor import placement_sync
 from cyborg.db.api import arqs
 from cyborg.db.api import attributes
+from cyborg.db.api import deployables
 from cyborg.db.api import device_profiles
 from cyborg.db.api import devices
 from cyborg.db.api import inventory
@@ -30,7 +31,7 @@ class ConductorManager:
     """Turns agent reports and heartbeats into database rows, publishes
     them to placement and binds accelerator requests."""
 
-    target = messaging.Target(version='1.1')
+    target = messaging.Target(version='1.2')
 
     def __init__(self, conf: cfg.ConfigOpts,
                  placement: placement_sync.PlacementSync | None = None,
@@ -147,3 +148,29 @@ class ConductorManager:
     def attribute_delete(self, context: cyborg_context.RequestContext,
                          uuid: str) -> None:
         attributes.delete(context, uuid)
+
+    @messaging.expected_exceptions(exception.CyborgException)
+    def deployable_program(self, context: cyborg_context.RequestContext,
+                           uuid: str, image_uuid: str) -> None:
+        """Load a Glance image onto an idle FPGA through its agent."""
+        target = deployables.program_target(context, uuid)
+        if target['in_use']:
+            # Reprogramming would pull the device from under instances.
+            raise exception.DeployableBusy(uuid=uuid,
+                                           count=target['in_use'])
+        try:
+            self.binder.agent_api.program_fpga(
+                context, target['host'], target['cpid_info'],
+                target['name'], target['driver_name'], image_uuid,
+                timeout=float(self.conf.conductor.bind_timeout))
+        except exception.NotSupported:
+            raise exception.ProgramNotSupported(
+                uuid=uuid, driver=target['driver_name']) from None
+        except exception.BitstreamNotFound as exc:
+            raise exception.Invalid(reason=f'image_uuid: {exc}') from None
+        except (exception.DeviceActionError,
+                exception.BitstreamError) as exc:
+            raise exception.ProgramFailed(uuid=uuid, reason=exc) from None
+        deployables.set_bitstream(context, target['id'], image_uuid)
+        LOG.info('Deployable %s programmed with image %s.', uuid,
+                 image_uuid)

@@ -22,22 +22,24 @@ class ConductorAPI:
       ``device_profile_create``, ``device_profile_delete``, ``arq_create``,
       ``arq_apply_patch``, ``arq_delete``, ``device_set_status``,
       ``attribute_create``, ``attribute_delete``.
+    * 1.2 - ``deployable_program``.
     """
 
-    RPC_API_VERSION = '1.1'
+    RPC_API_VERSION = '1.2'
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
+        self.conf = conf
         target = messaging.Target(topic=rpc.CONDUCTOR_TOPIC,
                                   version=self.RPC_API_VERSION)
         self.client = rpc.get_client(
             target, version_cap=conf.upgrade_levels.conductor)
 
     def _call(self, context: Context, version: str, method: str,
-              **kwargs: Any) -> Any:
+              rpc_timeout: float | None = None, **kwargs: Any) -> Any:
         # at_least_once: when no conductor has its queue bound the call
         # fails at once instead of waiting for the RPC timeout.
         cctxt = self.client.prepare(
-            version=version,
+            version=version, timeout=rpc_timeout,
             transport_options=messaging.TransportOptions(at_least_once=True))
         try:
             return cctxt.call(context, method, **kwargs)
@@ -105,3 +107,13 @@ class ConductorAPI:
 
     def attribute_delete(self, context: Context, uuid: str) -> None:
         return self._call(context, '1.1', 'attribute_delete', uuid=uuid)
+
+    def deployable_program(self, context: Context, uuid: str,
+                           image_uuid: str) -> None:
+        """Program an idle FPGA deployable with a Glance image; waits up
+        to the bind timeout for its agent (and the RPC timeout)."""
+        # The conductor waits up to the bind timeout for the agent.
+        timeout = self.conf.conductor.bind_timeout + 30
+        return self._call(context, '1.2', 'deployable_program',
+                          rpc_timeout=timeout, uuid=uuid,
+                          image_uuid=image_uuid)

@@ -9,6 +9,7 @@ from cyborg.common import exception
 from cyborg.db import models
 from cyborg.db.api import query
 from cyborg.db.api import reader
+from cyborg.db.api import writer
 
 Deployable = models.Deployable
 Attribute = models.Attribute
@@ -81,3 +82,35 @@ def get(context: cyborg_context.RequestContext, uuid: str) -> dict[str, Any]:
         raise exception.ResourceNotFound(resource='Deployable', id=uuid)
     attributes = _attributes_of(context.session, [], [row])
     return to_dict(row, attributes[row.id])
+
+
+@reader
+def program_target(context: cyborg_context.RequestContext, uuid: str
+                   ) -> dict[str, Any]:
+    """What programming the deployable needs: its agent's host, driver,
+    control path, and how many of its attach handles are in use."""
+    row = context.session.execute(
+        sa.select(Deployable.id, Deployable.name, Deployable.driver_name,
+                  Deployable.bitstream_id, models.Device.host,
+                  models.ControlpathID.cpid_info)
+        .join(models.Device, models.Device.id == Deployable.device_id)
+        .join(models.ControlpathID,
+              models.ControlpathID.device_id == models.Device.id)
+        .where(Deployable.uuid == uuid)).first()
+    if row is None:
+        raise exception.ResourceNotFound(resource='Deployable', id=uuid)
+    handle = models.AttachHandle
+    in_use = context.session.scalar(
+        sa.select(sa.func.count()).select_from(handle).where(
+            handle.deployable_id == row.id, handle.in_use.is_(True)))
+    return {'id': row.id, 'name': row.name, 'driver_name': row.driver_name,
+            'bitstream_id': row.bitstream_id, 'host': row.host,
+            'cpid_info': json.loads(row.cpid_info), 'in_use': in_use}
+
+
+@writer
+def set_bitstream(context: cyborg_context.RequestContext,
+                  deployable_id: int, bitstream_id: str) -> None:
+    context.session.execute(
+        sa.update(Deployable).where(Deployable.id == deployable_id)
+        .values(bitstream_id=bitstream_id))

@@ -1,6 +1,7 @@
 """/v2/deployables: list and show deployables; the FPGA program PATCH."""
 from typing import Any
 
+import pecan
 from oslo_utils import uuidutils
 from pecan import rest
 from wsme import types as wtypes
@@ -38,11 +39,6 @@ PROGRAM_SCHEMA: dict[str, Any] = {
         'additionalProperties': False,
     },
 }
-
-
-class ProgramNotSupported(exception.Conflict):
-    msg_fmt = ('Deployable %(uuid)s (driver %(driver)s) cannot be '
-               'programmed: the driver has no programming support.')
 
 
 class Deployable(wtypes.Base):
@@ -133,8 +129,8 @@ class DeployablesController(rest.RestController):
                 'PATCH /deployables/{uuid}/program.')
         if not uuidutils.is_uuid_like(uuid):
             raise _not_found(uuid)
-        _validate_program(body)
-        found = deployables.get(ctx, uuid)
-        # Programming runs on the agent with an image read from Glance; no
-        # driver supports it yet, so every deployable answers 409.
-        raise ProgramNotSupported(uuid=uuid, driver=found['driver_name'])
+        image_uuid = _validate_program(body)
+        deployables.get(ctx, uuid)
+        pecan.request.conductor_api.deployable_program(ctx, uuid,
+                                                       image_uuid)
+        return Deployable.from_dict(deployables.get(ctx, uuid))

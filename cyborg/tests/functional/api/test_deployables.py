@@ -1,9 +1,18 @@
 """/v2/deployables through HTTP: list, show and the program PATCH."""
+import functools
 import json
+import time
 
 import pytest
 
+from cyborg import context as cyborg_context
+from cyborg.accelerator.drivers import fake
+from cyborg.accelerator.drivers.base import AcceleratorDriver
+from cyborg.agent import service as agent_service
+from cyborg.db.api import inventory
+from cyborg.tests.fakes import fixtures
 from cyborg.tests.functional.api.fixtures import ADMIN
+from cyborg.tests.functional.api.fixtures import SERVICE
 from cyborg.tests.functional.api.fixtures import user
 from cyborg.tests.functional.api.fixtures import version
 
@@ -139,17 +148,93 @@ def test_policy(api):
     assert 'cyborg:deployable:program' in _fault(response)
 
 
+@pytest.fixture
+def agent(api, fake_glance):
+    """The agent of host cmp1 (node node1) with the fake driver, on the
+    API's transport, [glance] pointing at a fake image service; returns
+    the deployable it reported, the driver and the fake."""
+    fixtures.glance_conf(api.conf, fake_glance)
+    api.conf.set_override('host', 'cmp1')
+    api.conf.set_override('hostname', 'node1', 'agent')
+    driver = fake.FakeDriver(api.conf)
+    svc = agent_service.build(api.conf, loaded=[driver])
+    svc.start()
+    ctx = cyborg_context.get_admin_context()
+    deadline = time.monotonic() + 30
+    while not inventory.get_host_devices(ctx, 'cmp1'):
+        assert time.monotonic() < deadline, 'the agent reported nothing'
+        time.sleep(0.05)
+    dep = inventory.get_host_devices(ctx, 'cmp1')[0]['deployables'][0]
+    yield dep, driver, fake_glance
+    svc.stop()
+
+
 @pytest.mark.parametrize('suffix', ['/program', '/program/{uuid}'])
-def test_program_is_409_without_driver_support(api, suffix):
-    dep = _seed(api)[0]['deployables'][0]
+def test_program_loads_the_image_through_the_agent(api, agent, suffix):
+    dep, driver, glance = agent
+    image = glance.add_image(b'bits', image_id=IMAGE)
     path = f'/v2/deployables/{dep["uuid"]}' + suffix.format(uuid=dep['uuid'])
-    response = api.app.patch_json(path, PROGRAM, headers=ADMIN, status=409)
+    body = api.app.patch_json(path, PROGRAM, headers=ADMIN, status=200).json
+    assert body['uuid'] == dep['uuid']
+    assert body['bitstream_id'] == image['id']
+    [call] = driver.program_calls
+    assert call['deployable_name'] == dep['name']
+    shown = api.app.get(f'/v2/deployables/{dep["uuid"]}', headers=ADMIN)
+    assert shown.json['bitstream_id'] == IMAGE
+
+
+def test_program_is_409_without_driver_support(api, agent, monkeypatch):
+    dep, driver, glance = agent
+    glance.add_image(b'bits', image_id=IMAGE)
+    monkeypatch.setattr(driver, 'program', functools.partial(
+        AcceleratorDriver.program, driver))
+    response = api.app.patch_json(f'/v2/deployables/{dep["uuid"]}/program',
+                                  PROGRAM, headers=ADMIN, status=409)
     message = _fault(response)
     assert dep['uuid'] in message
     assert 'driver fake' in message
     assert 'no programming support' in message
     shown = api.app.get(f'/v2/deployables/{dep["uuid"]}', headers=ADMIN)
     assert shown.json['bitstream_id'] is None
+
+
+def test_program_refuses_a_device_in_use(api, agent):
+    dep, driver, glance = agent
+    glance.add_image(b'bits', image_id=IMAGE)
+    api.dp('one', [{'resources:FPGA': '1'}])
+    [arq] = api.app.post_json('/v2/accelerator_requests',
+                              {'device_profile_name': 'one'},
+                              headers=ADMIN).json['arqs']
+    api.app.patch_json('/v2/accelerator_requests', {arq['uuid']: [
+        {'path': '/hostname', 'op': 'add', 'value': 'node1'},
+        {'path': '/device_rp_uuid', 'op': 'add', 'value': dep['rp_uuid']},
+        {'path': '/instance_uuid', 'op': 'add', 'value': MISSING}]},
+        headers=SERVICE, status=202)
+    bound = api.app.get(f'/v2/accelerator_requests/{arq["uuid"]}',
+                        headers=ADMIN).json
+    assert bound['state'] == 'Bound', bound
+    response = api.app.patch_json(f'/v2/deployables/{dep["uuid"]}/program',
+                                  PROGRAM, headers=ADMIN, status=409)
+    assert 'unbind them before programming' in _fault(response)
+    assert driver.program_calls == []
+
+
+def test_program_with_an_unknown_image_is_400(api, agent):
+    dep, driver, _ = agent
+    response = api.app.patch_json(f'/v2/deployables/{dep["uuid"]}/program',
+                                  PROGRAM, headers=ADMIN, status=400)
+    assert IMAGE in _fault(response)
+    assert driver.program_calls == []
+
+
+def test_program_without_its_agent_is_503(api):
+    # The fake transport cannot tell that no agent listens; the conductor
+    # gives up after the bind timeout.
+    api.conf.set_override('bind_timeout', 1, 'conductor')
+    dep = _seed(api)[0]['deployables'][0]
+    response = api.app.patch_json(f'/v2/deployables/{dep["uuid"]}/program',
+                                  PROGRAM, headers=ADMIN, status=503)
+    assert 'cmp1' in _fault(response)
 
 
 BAD_PROGRAM_BODIES = [

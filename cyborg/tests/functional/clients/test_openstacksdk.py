@@ -283,12 +283,14 @@ def test_deployables(live_api, conn, deployable):
         conn.accelerator.get_deployable(MISSING)
 
     # The SDK sends PATCH /deployables/<u>/program/<u>; the route takes it
-    # and the fake driver cannot program.
-    with pytest.raises(exceptions.ConflictException) as raised:
+    # and asks the device's agent, of which there is none here.
+    live_api.conf.set_override('bind_timeout', 1, 'conductor')
+    with pytest.raises(exceptions.HttpException) as raised:
         conn.accelerator.patch_deployable(deployable['uuid'], [
             {'op': 'replace', 'path': '/program',
              'value': [{'image_uuid': MISSING}]}])
-    assert 'cannot be programmed' in raised.value.details
+    assert raised.value.status_code == 503
+    assert 'is unavailable' in raised.value.details
     assert _last(live_api, 'PATCH').path == (
         f'/v2/deployables/{deployable["uuid"]}/program/'
         f'{deployable["uuid"]}')
