@@ -293,3 +293,29 @@ def _execute(stack, statement):
 def _deployables(stack):
     from cyborg.db.api import deployables
     return deployables.get_all(stack.ctx)[0]
+
+
+def test_unbind_that_cannot_remove_the_mdev_keeps_the_handle(stack):
+    rp = stack.deployable('GPU')['rp_uuid']
+    profile = stack.profile('sticky', {'resources:VGPU': '1'})
+    instance, [arq] = stack.bind(profile, rp)
+    [bound] = wait_for(lambda: stack.resolved(instance))
+    stack.conf.set_override('bind_timeout', 2, 'conductor')
+    gpu = sa.update(models.Device).where(models.Device.type == 'GPU')
+    _execute(stack, gpu.values(host='agent-that-left'))
+    stack.api.arq_apply_patch(stack.ctx, {}, [arq])
+    failed = arqs.get(stack.ctx, arq)
+    assert failed['state'] == 'UnbindFailed'
+    # The vGPU may still exist: its handle is not handed out again.
+    with stack.engine.connect() as conn:
+        in_use = conn.scalars(sa.select(models.AttachHandle.uuid).where(
+            models.AttachHandle.in_use.is_(True))).all()
+    assert in_use == [bound['attach_handle_uuid']]
+    assert list(stack.driver.mdevs) == [bound['attach_handle_uuid']]
+    # Once the host is back, unbinding again finishes the job.
+    _execute(stack, gpu.values(host=stack.conf.host))
+    stack.api.arq_apply_patch(stack.ctx, {}, [arq])
+    assert arqs.get(stack.ctx, arq)['state'] == 'Unbound'
+    assert stack.driver.mdevs == {}
+    assert not any(h['in_use']
+                   for h in stack.deployable('GPU')['attach_handles'])
