@@ -33,6 +33,14 @@ agent_opts = [
         help='Seconds after which the agent sends its whole inventory again '
              'even if nothing changed, so that a conductor repairs any drift '
              'in the database. 0 disables these full reports.'),
+    cfg.StrOpt(
+        'sysfs_root',
+        default='/',
+        help='Directory under which drivers look for sysfs ("sys/bus/pci", '
+             '"sys/class", ...). On a host this is "/", and PCI devices are '
+             'enumerated through udev; another directory holds a copy or a '
+             'fake tree of sysfs, for tests and for agents in containers '
+             'that mount the host\'s sysfs elsewhere.'),
 ]
 
 

@@ -1,0 +1,373 @@
+"""The host's PCI functions as drivers see them, read from sysfs.
+
+On a live host (root ``/``) the functions are enumerated through udev
+(pyudev); under any other root — a fake tree in tests, the host's sysfs
+mounted into a container — the ``sys/bus/pci/devices`` directory is listed.
+Either way each function's attributes are parsed by the same code, from
+the same files the kernel writes.
+
+A function whose sysfs entry cannot be understood (an id that is not hex,
+a missing ``vendor`` file, a ``physfn`` link to nowhere) is left out with
+a warning naming it: one odd device must not hide all the others.
+"""
+import dataclasses
+import fnmatch
+import logging
+import os
+import re
+import threading
+
+from cyborg.common.device_report import pci_address
+
+LOG = logging.getLogger(__name__)
+
+# A PCI function address as the kernel names it: domain (4 hex digits,
+# more on VMD domains), bus, device, function.
+ADDRESS_RE = re.compile(
+    r'^(?P<domain>[0-9a-f]{4,8}):(?P<bus>[0-9a-f]{2}):'
+    r'(?P<device>[0-1][0-9a-f])\.(?P<function>[0-7])$')
+_HEX_RE = re.compile(r'^(?:0x)?([0-9a-f]+)$')
+_VIRTFN_RE = re.compile(r'^virtfn(\d+)$')
+
+# Problems already logged as warnings; later passes log them at debug
+# level, so that a periodic discovery does not repeat them every minute.
+_warned: set[tuple[str, str]] = set()
+_warned_lock = threading.Lock()
+
+
+def _warn_once(where: str, message: str, *args: object) -> None:
+    text = message % args
+    with _warned_lock:
+        first = (where, text) not in _warned
+        _warned.add((where, text))
+    LOG.log(logging.WARNING if first else logging.DEBUG, '%s', text)
+
+
+class _Malformed(Exception):
+    """A function's sysfs entry cannot be parsed; the text says why."""
+
+
+def parse_hex_id(value: str, digits: int) -> str:
+    """``value`` (``0x10DE``, ``10de``) as ``0x`` + ``digits`` lower-case
+    hex digits; ValueError when it is not hex or too long."""
+    match = _HEX_RE.match(value.strip().lower())
+    if not match or len(match.group(1).lstrip('0')) > digits:
+        raise ValueError(f'{value.strip()!r} is not a {digits}-digit hex id')
+    return f'0x{int(match.group(1), 16):0{digits}x}'
+
+
+@dataclasses.dataclass(frozen=True)
+class MdevType:
+    """A mediated-device type a PCI function offers
+    (``mdev_supported_types/<type_id>``)."""
+
+    #: The directory name, e.g. ``nvidia-223``.
+    type_id: str
+    #: The contents of ``name`` (e.g. ``GRID T4-1B``), if there is one.
+    name: str | None
+    available_instances: int
+    #: e.g. ``vfio-pci``.
+    device_api: str | None
+    #: UUIDs of the mdevs of this type that exist now, sorted.
+    devices: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class PciFunction:
+    """One PCI function; hex fields are lower case, ids ``0x``-prefixed."""
+
+    #: ``0000:3b:00.0``
+    address: str
+    domain: str
+    bus: str
+    device: str
+    function: str
+    #: ``0x10de``
+    vendor_id: str
+    device_id: str
+    #: ``0x030200``: base class, subclass, programming interface.
+    class_code: str
+    subsystem_vendor_id: str | None
+    subsystem_device_id: str | None
+    #: The bound kernel driver, e.g. ``vfio-pci``.
+    driver: str | None
+    numa_node: int | None
+    iommu_group: str | None
+    #: The physical function's address when this is an SR-IOV VF.
+    physfn: str | None
+    #: Addresses of this PF's VFs, in VF index order.
+    virtfns: tuple[str, ...]
+    sriov_totalvfs: int | None
+    sriov_numvfs: int | None
+    mdev_types: tuple[MdevType, ...]
+    #: The absolute, resolved path of the device's sysfs directory.
+    sysfs_path: str
+
+    @property
+    def is_vf(self) -> bool:
+        return self.physfn is not None
+
+    def attach_info(self) -> dict[str, str]:
+        """The function as PCI attach-handle (and control path) info:
+        ``{"domain": "0000", "bus": "3b", "device": "00", "function": "0"}``.
+        """
+        return pci_address(self.domain, self.bus, self.device, self.function)
+
+    def deployable_name(self, hostname: str) -> str:
+        """The name of a deployable made of this function on ``hostname``:
+        ``<hostname>_<address>``, unique across hosts."""
+        return f'{hostname}_{self.address}'
+
+    def matches_class(self, prefix: str) -> bool:
+        """Whether the class code starts with ``prefix`` (``0x0302``,
+        ``0302``, ``0x03``: base class, then subclass, then interface)."""
+        wanted = prefix.strip().lower()
+        if not wanted.startswith('0x'):
+            wanted = '0x' + wanted
+        return self.class_code.startswith(wanted)
+
+    def matches_address(self, pattern: str) -> bool:
+        """Whether the address matches the shell-style ``pattern``
+        (``0000:3b:*.*``)."""
+        return fnmatch.fnmatchcase(self.address, pattern.lower())
+
+
+class PciBus:
+    """The PCI functions and device classes of sysfs under ``sysfs_root``.
+
+    ``udev`` chooses how functions are enumerated: through pyudev or by
+    listing ``sys/bus/pci/devices``; by default pyudev when the root is
+    ``/``. Nothing is cached: each call reads sysfs again.
+    """
+
+    def __init__(self, sysfs_root: str = '/', udev: bool | None = None
+                 ) -> None:
+        self.root = os.path.realpath(sysfs_root)
+        self.udev = self.root == '/' if udev is None else udev
+
+    def path(self, kernel_path: str) -> str:
+        """Where the kernel's ``kernel_path`` (``/sys/class/fpga``) is in
+        this tree. A path already inside the tree is returned unchanged.
+        """
+        if self._inside(kernel_path):
+            return kernel_path
+        return os.path.join(self.root, kernel_path.lstrip('/'))
+
+    def _inside(self, path: str) -> bool:
+        return (os.path.isabs(path) and self.root != '/'
+                and (path + '/').startswith(self.root + '/'))
+
+    def read(self, path: str) -> str | None:
+        """The stripped text of the file at ``path`` (see :meth:`path`),
+        or None when it cannot be read."""
+        try:
+            with open(self.path(path), encoding='utf-8') as f:
+                return f.read().strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def class_dirs(self, name: str) -> list[str]:
+        """The entries of ``/sys/class/<name>`` (``fpga_region``,
+        ``mdev_bus``, ...), as paths in this tree, sorted."""
+        directory = self.path(f'/sys/class/{name}')
+        try:
+            entries = os.listdir(directory)
+        except OSError:
+            return []
+        return [os.path.join(directory, e) for e in sorted(entries)]
+
+    def address_of(self, path: str) -> str | None:
+        """The PCI function that ``path`` (a class entry, say) belongs to:
+        the last PCI address in its resolved path, or None."""
+        resolved = os.path.realpath(self.path(path))
+        for part in reversed(resolved.split('/')):
+            if ADDRESS_RE.match(part):
+                return part
+        return None
+
+    def functions(self) -> list[PciFunction]:
+        """Every PCI function that can be parsed, sorted by address."""
+        found = []
+        for address, path in self._device_dirs():
+            try:
+                found.append(_parse(address, path))
+            except _Malformed as exc:
+                _warn_once(path, 'Skipping PCI function %s (%s): %s',
+                           address, path, exc)
+        return sorted(found, key=lambda f: f.address)
+
+    def get(self, address: str) -> PciFunction | None:
+        """The function at ``address``, or None if there is none or it
+        cannot be parsed."""
+        address = address.lower()
+        path = self.path(f'/sys/bus/pci/devices/{address}')
+        if not ADDRESS_RE.match(address) or not os.path.lexists(path):
+            return None
+        try:
+            return _parse(address, os.path.realpath(path))
+        except _Malformed as exc:
+            _warn_once(path, 'Skipping PCI function %s (%s): %s', address,
+                       path, exc)
+            return None
+
+    def _device_dirs(self) -> list[tuple[str, str]]:
+        """(address, resolved sysfs directory) of every function."""
+        if self.udev:
+            try:
+                return _udev_device_dirs()
+            except Exception as exc:
+                # pyudev missing or udev unusable (some containers):
+                # sysfs holds the same list.
+                _warn_once('udev', 'Cannot enumerate PCI devices through '
+                           'udev (%s); listing sysfs instead.', exc)
+        directory = self.path('/sys/bus/pci/devices')
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            return []
+        return [(name, os.path.realpath(os.path.join(directory, name)))
+                for name in names]
+
+
+def _udev_device_dirs() -> list[tuple[str, str]]:
+    import pyudev
+
+    return [(device.sys_name, device.sys_path) for device in
+            pyudev.Context().list_devices(subsystem='pci')]
+
+
+def _text(path: str, name: str) -> str | None:
+    try:
+        with open(os.path.join(path, name), encoding='utf-8') as f:
+            return f.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _required_id(path: str, name: str, digits: int) -> str:
+    value = _text(path, name)
+    if value is None:
+        raise _Malformed(f'cannot read {name}')
+    try:
+        return parse_hex_id(value, digits)
+    except ValueError as exc:
+        raise _Malformed(f'{name}: {exc}') from None
+
+
+def _optional_id(path: str, name: str, digits: int) -> str | None:
+    value = _text(path, name)
+    if value is None:
+        return None
+    try:
+        return parse_hex_id(value, digits)
+    except ValueError as exc:
+        _warn_once(path, 'PCI function %s: ignoring %s: %s',
+                   os.path.basename(path), name, exc)
+        return None
+
+
+def _optional_int(path: str, name: str) -> int | None:
+    value = _text(path, name)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        _warn_once(path, 'PCI function %s: ignoring %s: %r is not an '
+                   'integer', os.path.basename(path), name, value)
+        return None
+
+
+def _link_name(path: str, name: str) -> str | None:
+    """The last component of symlink ``name``'s target, if it is one."""
+    try:
+        return os.path.basename(os.readlink(os.path.join(path, name)))
+    except OSError:
+        return None
+
+
+def _linked_function(path: str, name: str) -> str:
+    """The address of the existing function that link ``name`` points to.
+    """
+    link = os.path.join(path, name)
+    target = os.path.realpath(link)
+    address = os.path.basename(target)
+    if not os.path.isdir(target) or not ADDRESS_RE.match(address):
+        raise _Malformed(f'{name} link points to nowhere '
+                         f'({_link_name(path, name)})')
+    return address
+
+
+def _virtfns(path: str) -> tuple[str, ...]:
+    indexed = []
+    for entry in os.listdir(path):
+        match = _VIRTFN_RE.match(entry)
+        if not match:
+            continue
+        try:
+            indexed.append((int(match.group(1)),
+                            _linked_function(path, entry)))
+        except _Malformed as exc:
+            # The VF itself is missing; the PF and its other VFs are not.
+            _warn_once(path, 'PCI function %s: ignoring VF: %s',
+                       os.path.basename(path), exc)
+    return tuple(address for _, address in sorted(indexed))
+
+
+def _mdev_types(path: str) -> tuple[MdevType, ...]:
+    types_dir = os.path.join(path, 'mdev_supported_types')
+    try:
+        type_ids = sorted(os.listdir(types_dir))
+    except OSError:
+        return ()
+    types = []
+    for type_id in type_ids:
+        type_path = os.path.join(types_dir, type_id)
+        available = _optional_int(type_path, 'available_instances')
+        if available is None:
+            _warn_once(type_path, 'PCI function %s: ignoring mdev type %s: '
+                       'no valid available_instances',
+                       os.path.basename(path), type_id)
+            continue
+        try:
+            devices = tuple(sorted(os.listdir(
+                os.path.join(type_path, 'devices'))))
+        except OSError:
+            devices = ()
+        types.append(MdevType(
+            type_id=type_id, name=_text(type_path, 'name') or None,
+            available_instances=available,
+            device_api=_text(type_path, 'device_api') or None,
+            devices=devices))
+    return tuple(types)
+
+
+def _parse(address: str, path: str) -> PciFunction:
+    """The function at ``address`` whose sysfs directory is ``path``
+    (resolved)."""
+    address = address.lower()
+    match = ADDRESS_RE.match(address)
+    if not match:
+        raise _Malformed('not a PCI function address')
+    if not os.path.isdir(path):
+        raise _Malformed('no such directory')
+    numa_node = _optional_int(path, 'numa_node')
+    physfn = (_linked_function(path, 'physfn')
+              if os.path.lexists(os.path.join(path, 'physfn')) else None)
+    return PciFunction(
+        address=address,
+        vendor_id=_required_id(path, 'vendor', 4),
+        device_id=_required_id(path, 'device', 4),
+        class_code=_required_id(path, 'class', 6),
+        subsystem_vendor_id=_optional_id(path, 'subsystem_vendor', 4),
+        subsystem_device_id=_optional_id(path, 'subsystem_device', 4),
+        driver=_link_name(path, 'driver'),
+        numa_node=None if numa_node is None or numa_node < 0 else numa_node,
+        iommu_group=_link_name(path, 'iommu_group'),
+        physfn=physfn,
+        virtfns=_virtfns(path),
+        sriov_totalvfs=_optional_int(path, 'sriov_totalvfs'),
+        sriov_numvfs=_optional_int(path, 'sriov_numvfs'),
+        mdev_types=_mdev_types(path),
+        sysfs_path=path,
+        **match.groupdict())

@@ -1,0 +1,271 @@
+"""Fake sysfs trees, laid out as the kernel lays them out, for driver tests.
+
+``SysfsTree(tmp_path)`` builds ``<tmp_path>/sys``: each PCI function is a
+real directory under ``sys/devices/pci<domain>:<bus>/`` with a
+``sys/bus/pci/devices/<address>`` symlink to it; ``driver``,
+``iommu_group``, ``physfn``, ``virtfn<N>`` and class entries are relative
+symlinks as in the real sysfs, and ids are written ``0x10de\\n``. Point
+``PciBus(tree.root)`` or ``[agent] sysfs_root`` at ``tree.root``.
+
+Values are written as given when they are strings, so a test can write a
+malformed one (``vendor='zzzz'``); integers are formatted as the kernel
+formats them.
+"""
+import os
+import pathlib
+import shutil
+from collections.abc import Iterable
+from collections.abc import Mapping
+from typing import Literal
+
+Id = str | int
+
+
+def _hex(value: Id, digits: int) -> str:
+    return f'0x{value:0{digits}x}' if isinstance(value, int) else value
+
+
+def _link_name(path: pathlib.Path) -> str | None:
+    return os.path.basename(os.readlink(path)) if path.is_symlink() else None
+
+
+class SysfsTree:
+    """A sysfs tree under ``base`` (a test's ``tmp_path``)."""
+
+    def __init__(self, base: str | os.PathLike[str]) -> None:
+        self.base = pathlib.Path(base)
+        (self.base / 'sys' / 'bus' / 'pci' / 'devices').mkdir(
+            parents=True, exist_ok=True)
+        (self.base / 'sys' / 'class').mkdir(exist_ok=True)
+        self._next_group = 0
+
+    @property
+    def root(self) -> str:
+        """The directory to use as sysfs root (it contains ``sys``)."""
+        return str(self.base)
+
+    def path(self, relpath: str) -> pathlib.Path:
+        """``relpath`` (``sys/class/fpga`` or ``/sys/class/fpga``) in the
+        tree."""
+        return self.base / relpath.lstrip('/')
+
+    def device_dir(self, address: str) -> pathlib.Path:
+        """The real directory of the function at ``address``."""
+        return self.path(f'sys/devices/pci{address[:-8]}:00/{address}')
+
+    def write(self, relpath: str, content: str | int) -> pathlib.Path:
+        """Write ``content`` (plus a newline) to ``relpath``, creating the
+        directories above it; symlinks on the way are followed."""
+        path = self.path(relpath)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f'{content}\n')
+        return path
+
+    def link(self, relpath: str, target_relpath: str) -> pathlib.Path:
+        """Make ``relpath`` a relative symlink to ``target_relpath`` (which
+        need not exist), replacing what was there."""
+        path = self.path(relpath)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        target = self.path(target_relpath)
+        os.symlink(os.path.relpath(target, path.parent), path)
+        return path
+
+    def remove(self, relpath: str) -> None:
+        """Remove a file, symlink or directory tree."""
+        path = self.path(relpath)
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.exists():
+            shutil.rmtree(path)
+
+    def add_function(
+            self, address: str, vendor: Id, device: Id, class_code: Id,
+            driver: str | None = None, numa_node: int | None = 0,
+            iommu_group: int | Literal['auto'] | None = 'auto',
+            subsystem_vendor: Id | None = None,
+            subsystem_device: Id | None = None,
+            sriov_totalvfs: int | None = None) -> pathlib.Path:
+        """Add a PCI function; returns its device directory.
+
+        ``iommu_group`` 'auto' puts it in a new group of its own; None
+        leaves it out of any (no IOMMU). ``numa_node`` None writes -1, as
+        the kernel does on hosts without NUMA. ``sriov_totalvfs`` makes it
+        an SR-IOV PF with no VFs enabled yet.
+        """
+        address = address.lower()
+        bus_link = f'sys/bus/pci/devices/{address}'
+        if self.path(bus_link).is_symlink():
+            raise ValueError(f'{address} is already in the tree')
+        dev = self.device_dir(address)
+        dev.mkdir(parents=True)
+        rel = str(dev.relative_to(self.base))
+        self.link(bus_link, rel)
+        self.link(f'{rel}/subsystem', 'sys/bus/pci')
+        self.write(f'{rel}/vendor', _hex(vendor, 4))
+        self.write(f'{rel}/device', _hex(device, 4))
+        self.write(f'{rel}/class', _hex(class_code, 6))
+        if subsystem_vendor is not None:
+            self.write(f'{rel}/subsystem_vendor', _hex(subsystem_vendor, 4))
+        if subsystem_device is not None:
+            self.write(f'{rel}/subsystem_device', _hex(subsystem_device, 4))
+        self.write(f'{rel}/numa_node', -1 if numa_node is None else numa_node)
+        if iommu_group == 'auto':
+            iommu_group = self._new_group()
+        if iommu_group is not None:
+            group = f'sys/kernel/iommu_groups/{iommu_group}'
+            self.path(f'{group}/devices').mkdir(parents=True, exist_ok=True)
+            self.link(f'{rel}/iommu_group', group)
+            self.link(f'{group}/devices/{address}', rel)
+        if sriov_totalvfs is not None:
+            self.write(f'{rel}/sriov_totalvfs', sriov_totalvfs)
+            self.write(f'{rel}/sriov_numvfs', 0)
+        if driver is not None:
+            self.bind(address, driver)
+        self._write_uevent(address)
+        return dev
+
+    def _new_group(self) -> int:
+        groups = self.path('sys/kernel/iommu_groups')
+        used = ({int(g.name) for g in groups.iterdir() if g.name.isdigit()}
+                if groups.exists() else set())
+        while self._next_group in used:
+            self._next_group += 1
+        return self._next_group
+
+    def _write_uevent(self, address: str) -> None:
+        dev = self.device_dir(address)
+
+        def raw(name: str) -> str:
+            path = dev / name
+            if not path.exists():
+                return ''
+            return path.read_text().strip().lower().removeprefix('0x')
+
+        lines = []
+        driver = _link_name(dev / 'driver')
+        if driver is not None:
+            lines.append(f'DRIVER={driver}')
+        lines += [f'PCI_CLASS={raw("class").lstrip("0").upper() or "0"}',
+                  f'PCI_ID={raw("vendor").upper()}:{raw("device").upper()}']
+        if (dev / 'subsystem_vendor').exists():
+            lines.append(f'PCI_SUBSYS_ID={raw("subsystem_vendor").upper()}:'
+                         f'{raw("subsystem_device").upper()}')
+        lines.append(f'PCI_SLOT_NAME={address}')
+        (dev / 'uevent').write_text(''.join(f'{line}\n' for line in lines))
+
+    def bind(self, address: str, driver: str | None) -> None:
+        """Bind the function to kernel ``driver`` (None: unbind it)."""
+        dev = self.device_dir(address)
+        rel = str(dev.relative_to(self.base))
+        old = _link_name(dev / 'driver')
+        if old is not None:
+            self.remove(f'sys/bus/pci/drivers/{old}/{address}')
+            (dev / 'driver').unlink()
+        if driver is not None:
+            self.path(f'sys/bus/pci/drivers/{driver}').mkdir(
+                parents=True, exist_ok=True)
+            self.link(f'{rel}/driver', f'sys/bus/pci/drivers/{driver}')
+            self.link(f'sys/bus/pci/drivers/{driver}/{address}', rel)
+        self._write_uevent(address)
+
+    def add_vfs(self, pf_address: str, vf_addresses: Iterable[str],
+                vendor: Id, device: Id, class_code: Id | None = None,
+                driver: str | None = None, numa_node: int | None = 0,
+                ) -> list[pathlib.Path]:
+        """Enable SR-IOV VFs on PF ``pf_address``: each VF gets a device
+        directory (class defaults to the PF's), a ``physfn`` link, and the
+        PF a ``virtfn<N>`` link numbered after its existing VFs; the PF's
+        ``sriov_numvfs`` counts them (and ``sriov_totalvfs`` at least)."""
+        pf = self.device_dir(pf_address.lower())
+        pf_rel = str(pf.relative_to(self.base))
+        if class_code is None:
+            class_code = (pf / 'class').read_text().strip()
+        index = len(list(pf.glob('virtfn*')))
+        made = []
+        for vf_address in vf_addresses:
+            vf = self.add_function(vf_address, vendor, device, class_code,
+                                   driver=driver, numa_node=numa_node)
+            vf_rel = str(vf.relative_to(self.base))
+            self.link(f'{vf_rel}/physfn', pf_rel)
+            self.link(f'{pf_rel}/virtfn{index}', vf_rel)
+            index += 1
+            made.append(vf)
+        total = pf / 'sriov_totalvfs'
+        if not total.exists() or int(total.read_text()) < index:
+            self.write(f'{pf_rel}/sriov_totalvfs', index)
+        self.write(f'{pf_rel}/sriov_numvfs', index)
+        return made
+
+    def add_mdev_type(self, address: str, type_id: str, name: str | None,
+                      available_instances: int | str,
+                      device_api: str | None = 'vfio-pci',
+                      devices: Iterable[str] = ()) -> pathlib.Path:
+        """Offer mdev type ``type_id`` on the function at ``address``, with
+        existing mdevs ``devices`` (uuids); the function is listed under
+        ``/sys/class/mdev_bus``. Returns the type's directory."""
+        address = address.lower()
+        dev = self.device_dir(address)
+        rel = str(dev.relative_to(self.base))
+        type_rel = f'{rel}/mdev_supported_types/{type_id}'
+        self.path(f'{type_rel}/devices').mkdir(parents=True)
+        if name is not None:
+            self.write(f'{type_rel}/name', name)
+        self.write(f'{type_rel}/available_instances', available_instances)
+        if device_api is not None:
+            self.write(f'{type_rel}/device_api', device_api)
+        self.path(f'{type_rel}/create').touch()
+        for uuid in devices:
+            self.path(f'{rel}/{uuid}').mkdir()
+            self.link(f'{rel}/{uuid}/mdev_type', type_rel)
+            self.path(f'{rel}/{uuid}/remove').touch()
+            self.link(f'{type_rel}/devices/{uuid}', f'{rel}/{uuid}')
+        mdev_bus = f'sys/class/mdev_bus/{address}'
+        if not self.path(mdev_bus).is_symlink():
+            self.link(mdev_bus, rel)
+        return self.path(type_rel)
+
+    def add_class_entry(self, class_name: str, entry: str,
+                        files: Mapping[str, str | int] | None = None,
+                        device_link: str | None = None) -> pathlib.Path:
+        """Add ``/sys/class/<class_name>/<entry>`` (``fpga_region``,
+        ``fpga``, ``net`` ...) holding ``files`` (relative paths, such as
+        ``pr/interface_id``, to contents).
+
+        With ``device_link`` (a PCI address) the entry lives under that
+        function's directory and has a ``device`` link to it, as class
+        devices of a PCI device do; otherwise under
+        ``/sys/devices/virtual``. Returns the entry's real directory.
+        """
+        if device_link is not None:
+            parent = self.device_dir(device_link.lower())
+        else:
+            parent = self.path('sys/devices/virtual')
+        real = parent / class_name / entry
+        real.mkdir(parents=True)
+        rel = str(real.relative_to(self.base))
+        self.link(f'sys/class/{class_name}/{entry}', rel)
+        if device_link is not None:
+            self.link(f'{rel}/device', str(parent.relative_to(self.base)))
+        for name, content in (files or {}).items():
+            self.write(f'{rel}/{name}', content)
+        return real
+
+    def remove_function(self, address: str) -> None:
+        """Remove the function's directory and the bus, driver, IOMMU
+        group and mdev_bus links to it. Links from other functions
+        (``physfn``, ``virtfn<N>``) are left dangling, as after a hot
+        unplug."""
+        address = address.lower()
+        dev = self.device_dir(address)
+        if (dev / 'driver').is_symlink():
+            self.bind(address, None)
+        group = _link_name(dev / 'iommu_group')
+        if group is not None:
+            self.remove(f'sys/kernel/iommu_groups/{group}/devices/{address}')
+        for entry in self.path('sys/class').glob('*/*'):
+            if entry.is_symlink() and entry.resolve().is_relative_to(dev):
+                entry.unlink()
+        self.remove(f'sys/bus/pci/devices/{address}')
+        shutil.rmtree(dev)
