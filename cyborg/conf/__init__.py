@@ -7,6 +7,7 @@ from cyborg.conf import conductor
 from cyborg.conf import database
 from cyborg.conf import default
 from cyborg.conf import fake_driver
+from cyborg.conf import generic_pci
 from cyborg.conf import glance
 from cyborg.conf import nova
 from cyborg.conf import placement
@@ -20,6 +21,7 @@ api.register_opts(CONF)
 conductor.register_opts(CONF)
 database.register_opts(CONF)
 fake_driver.register_opts(CONF)
+generic_pci.register_opts(CONF)
 glance.register_opts(CONF)
 nova.register_opts(CONF)
 placement.register_opts(CONF)
