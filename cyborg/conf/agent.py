@@ -19,6 +19,15 @@ agent_opts = [
         help='Name of this host\'s compute node resource provider in '
              'placement, which is the hypervisor node name Nova sends when '
              'it binds an accelerator request. Defaults to [DEFAULT] host.'),
+    cfg.StrOpt(
+        'root_helper',
+        default='',
+        help='Command put in front of the external tools drivers run to act '
+             'on devices (FPGA programming tools such as fpgaconf and '
+             'xbmgmt, ...) when the agent does not run as root, e.g. "sudo" '
+             'or "sudo cyborg-rootwrap /etc/cyborg/rootwrap.conf". It is '
+             'split into words like a shell would, but no shell runs. Empty '
+             'runs the tools as the agent\'s own user.'),
     cfg.IntOpt(
         'periodic_interval',
         default=60,
