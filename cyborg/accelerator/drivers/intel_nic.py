@@ -1,0 +1,145 @@
+"""A driver for Intel Ethernet controllers of the 700 and E810 series.
+
+Each physical function (port) is one device. A port without SR-IOV VFs is
+one deployable passing the port through; a port with VFs is one deployable
+per VF, so that each VF is a resource provider of its own and Nova can ask
+for a VF on a given physical network. Attach handles carry the port's
+physical network (``[nic_devices] physical_device_mappings``), which Nova
+needs for ports backed by an accelerator request.
+"""
+import logging
+import os
+import re
+
+from oslo_config import cfg
+
+from cyborg.accelerator import pci
+from cyborg.accelerator.drivers import pci_report
+from cyborg.accelerator.drivers.base import AcceleratorDriver
+from cyborg.accelerator.drivers.base import trait_part
+from cyborg.common import exception
+from cyborg.common.device_report import DriverDeployable
+from cyborg.common.device_report import DriverDevice
+
+LOG = logging.getLogger(__name__)
+
+VENDOR_ID = '0x8086'
+RESOURCE_CLASS = 'CUSTOM_NIC'
+# Physical functions by device id; their VFs (0x154c on the 700 series,
+# 0x1889 "adaptive" VFs on both) are found through the PF's virtfn links.
+PRODUCTS = {
+    '0x1572': 'X710', '0x1581': 'X710', '0x1585': 'X710',
+    '0x1586': 'X710', '0x1589': 'X710', '0x15ff': 'X710',
+    '0x1583': 'XL710', '0x1584': 'XL710',
+    '0x158a': 'XXV710', '0x158b': 'XXV710',
+    '0x1591': 'E810', '0x1592': 'E810', '0x1593': 'E810',
+    '0x1599': 'E810', '0x159b': 'E810',
+}
+_PHYSNET_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$')
+_FUNCTION_RE = re.compile(r'^[A-Za-z0-9_]{1,200}$')
+# What the kernel accepts in an interface name (IFNAMSIZ - 1 characters,
+# no '/' or white space), less ':' and '|', the separators here.
+_IFNAME_RE = re.compile(r'^[^\s/:|]{1,15}$')
+
+
+def parse_mappings(option: str, values: list[str], name_re: re.Pattern[str],
+                   what: str) -> dict[str, str]:
+    """``<name>:<if>[|<if>...]`` entries as {interface: name}; Invalid
+    naming ``option`` and the entry when one is wrong."""
+    by_interface: dict[str, str] = {}
+    for entry in values:
+        def invalid(problem: str, entry: str = entry) -> exception.Invalid:
+            return exception.Invalid(
+                reason=f'{option} entry {entry!r}: {problem}')
+
+        name, sep, interfaces = entry.strip().partition(':')
+        if not sep or not name_re.match(name):
+            raise invalid(f'expected <{what}>:<interface>[|<interface>...] '
+                          f'with a {what} name of {name_re.pattern}')
+        for interface in interfaces.split('|'):
+            if not _IFNAME_RE.match(interface):
+                raise invalid(f'{interface!r} is not a network interface '
+                              'name')
+            if by_interface.get(interface, name) != name:
+                raise invalid(f'interface {interface} is already mapped to '
+                              f'{by_interface[interface]}')
+            by_interface[interface] = name
+    return by_interface
+
+
+class IntelNicDriver(AcceleratorDriver):
+    """Reports Intel X710, XL710, XXV710 and E810 ports and their VFs."""
+
+    driver_name = 'intel_nic'
+
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        super().__init__(conf)
+        options = conf.nic_devices
+        self.physnets = parse_mappings(
+            '[nic_devices] physical_device_mappings',
+            options.physical_device_mappings, _PHYSNET_RE,
+            'physical_network')
+        self.functions = parse_mappings(
+            '[nic_devices] function_device_mappings',
+            options.function_device_mappings, _FUNCTION_RE, 'function')
+        self.bus = pci.PciBus(conf.agent.sysfs_root)
+        self._warn = pci_report.WarnOnce(LOG)
+
+    def discover(self) -> list[DriverDevice]:
+        by_address = {f.address: f for f in self.bus.functions()}
+        devices = [self._device(f, by_address) for f in by_address.values()
+                   if not f.is_vf and f.vendor_id == VENDOR_ID
+                   and f.device_id in PRODUCTS]
+        LOG.debug('intel_nic found %d port(s).', len(devices))
+        return devices
+
+    def _interfaces(self, pf: pci.PciFunction) -> list[str]:
+        try:
+            return sorted(os.listdir(os.path.join(pf.sysfs_path, 'net')))
+        except OSError:
+            # Bound to vfio-pci or to no driver: no network interface.
+            return []
+
+    def _device(self, pf: pci.PciFunction,
+                by_address: dict[str, pci.PciFunction]) -> DriverDevice:
+        product = PRODUCTS[pf.device_id]
+        interfaces = self._interfaces(pf)
+        physnet = next((self.physnets[i] for i in interfaces
+                        if i in self.physnets), None)
+        traits = [f'CUSTOM_NIC_INTEL_{product}']
+        extra = {}
+        if physnet is None:
+            self._warn('Intel %s port %s (interfaces: %s) is not in '
+                       '[nic_devices] physical_device_mappings; its '
+                       'functions are reported without a physical network '
+                       'and cannot back Neutron ports.', product, pf.address,
+                       ', '.join(interfaces) or 'none')
+        else:
+            traits.append(f'CUSTOM_{trait_part(physnet)}')
+            extra['physical_network'] = physnet
+        traits += sorted({f'CUSTOM_{self.functions[i].upper()}'
+                          for i in interfaces if i in self.functions})
+
+        def deployable(function: pci.PciFunction, kind: str
+                       ) -> DriverDeployable:
+            return pci_report.deployable(
+                function, self.hostname, self.driver_name, RESOURCE_CLASS,
+                ['OWNER_CYBORG', kind, *traits],
+                [pci_report.pci_handle(function, **extra)])
+
+        if not pf.virtfns:
+            deployables = [deployable(pf, 'CUSTOM_PF')]
+        else:
+            deployables = []
+            for address in pf.virtfns:
+                vf = by_address.get(address)
+                if vf is None:
+                    self._warn('Intel %s port %s: skipping VF %s, whose '
+                               'sysfs entry cannot be read.', product,
+                               pf.address, address)
+                    continue
+                deployables.append(deployable(vf, 'CUSTOM_VF'))
+        board = {'product': product, 'interfaces': interfaces}
+        if physnet is not None:
+            board['physical_network'] = physnet
+        return pci_report.device('NIC', pf, deployables, **board)
