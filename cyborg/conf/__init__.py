@@ -9,6 +9,7 @@ from cyborg.conf import default
 from cyborg.conf import fake_driver
 from cyborg.conf import generic_pci
 from cyborg.conf import glance
+from cyborg.conf import gpu
 from cyborg.conf import nic
 from cyborg.conf import nova
 from cyborg.conf import placement
@@ -24,6 +25,7 @@ database.register_opts(CONF)
 fake_driver.register_opts(CONF)
 generic_pci.register_opts(CONF)
 glance.register_opts(CONF)
+gpu.register_opts(CONF)
 nic.register_opts(CONF)
 nova.register_opts(CONF)
 placement.register_opts(CONF)

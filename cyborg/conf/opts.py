@@ -10,13 +10,15 @@ from cyborg.conf import default
 from cyborg.conf import fake_driver
 from cyborg.conf import generic_pci
 from cyborg.conf import glance
+from cyborg.conf import gpu
 from cyborg.conf import nic
 from cyborg.conf import nova
 from cyborg.conf import placement
 from cyborg.conf import upgrade_levels
 
 _MODULES = (default, agent, api, conductor, database, fake_driver,
-            generic_pci, glance, nic, nova, placement, upgrade_levels)
+            generic_pci, glance, gpu, nic, nova, placement,
+            upgrade_levels)
 
 
 def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:

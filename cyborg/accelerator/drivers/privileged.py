@@ -40,7 +40,8 @@ def _stop(process: subprocess.Popen[Any]) -> None:
 
 
 def execute(argv: Sequence[str], *, action: str, device: str,
-            root_helper: str = '', timeout: float | None = None) -> str:
+            root_helper: str = '', timeout: float | None = None,
+            process_input: str | None = None) -> str:
     """Run ``argv`` and return what it wrote to stdout.
 
     ``root_helper`` (``[agent] root_helper``, e.g. ``sudo``) is put in
@@ -49,7 +50,8 @@ def execute(argv: Sequence[str], *, action: str, device: str,
     being done for error messages. Raises DeviceActionError when the tool
     cannot be started, exits non-zero (with its stderr, or its stdout if
     it wrote nothing to stderr) or runs longer than ``timeout`` seconds,
-    in which case it is stopped.
+    in which case it is stopped. ``process_input`` is written to the
+    tool's stdin.
     """
     argv = [str(arg) for arg in argv]
     started: list[subprocess.Popen[Any]] = []
@@ -61,7 +63,8 @@ def execute(argv: Sequence[str], *, action: str, device: str,
     try:
         stdout, stderr = processutils.execute(
             *argv, run_as_root=bool(root_helper), root_helper=root_helper,
-            timeout=timeout, on_execute=started.append)
+            timeout=timeout, on_execute=started.append,
+            process_input=process_input)
     except processutils.ProcessExecutionError as exc:
         output = _tail(exc.stderr or '') or _tail(exc.stdout or '')
         raise fail(f'{argv[0]} exited with status {exc.exit_code}: '

@@ -1,0 +1,346 @@
+"""A driver for NVIDIA GPUs: passed through whole, or as vGPUs (mdevs).
+
+Every NVIDIA VGA or 3D controller that is not an SR-IOV virtual function
+is one device with one deployable. A GPU that ``[gpu_devices]`` gives no
+vGPU type is one ``PGPU`` with a ``PCI`` attach handle. A GPU given a type
+is as many ``VGPU`` as it can host of that type, each an ``MDEV`` attach
+handle whose uuid becomes the mediated device's uuid when it is bound.
+
+GPUs with SR-IOV (Ampere and later, e.g. the A100) offer their vGPU types
+on their virtual functions, one vGPU per VF, rather than on the GPU
+itself; their handles then name the VF each vGPU is created on, which is
+what the hypervisor needs as the mdev's parent. Virtual functions are
+never reported as devices of their own.
+
+Creating and removing mdevs writes to sysfs
+(``mdev_supported_types/<type>/create``, the mdev's ``remove``), which
+only root may do: an agent running as root writes the files itself, any
+other agent through ``tee`` run by ``[agent] root_helper``.
+"""
+import errno
+import logging
+import os
+import re
+
+from oslo_config import cfg
+from oslo_utils import uuidutils
+
+from cyborg.accelerator import pci
+from cyborg.accelerator.drivers import pci_report
+from cyborg.accelerator.drivers import privileged
+from cyborg.accelerator.drivers.base import AcceleratorDriver
+from cyborg.accelerator.drivers.base import trait_part
+from cyborg.common import exception
+from cyborg.common.device_report import DriverAttachHandle
+from cyborg.common.device_report import DriverDevice
+
+LOG = logging.getLogger(__name__)
+
+VENDOR_ID = '0x10de'
+#: VGA compatible controller, 3D controller.
+GPU_CLASSES = ('0x0300', '0x0302')
+TYPES_OPTION = '[gpu_devices] enabled_vgpu_types'
+ADDRESSES_OPTION = '[gpu_devices] vgpu_type_addresses'
+VENDOR_TRAIT = 'CUSTOM_GPU_NVIDIA'
+
+# An mdev type is a directory name: no '/', no '..', no ':'.
+_TYPE_ID_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}$')
+# "GRID T4-1B" on older host drivers, "NVIDIA A40-8Q" on newer ones.
+_NAME_PREFIX_RE = re.compile(r'^(?:GRID|NVIDIA)\s+', re.IGNORECASE)
+_NOT_ALNUM_RE = re.compile(r'[^A-Z0-9]+')
+# In a type's "description": "num_heads=4, ..., max_instance=16".
+_MAX_INSTANCE_RE = re.compile(r'\bmax_instance=(\d+)')
+
+
+def _invalid(option: str, value: str, reason: str) -> exception.Invalid:
+    return exception.Invalid(reason=f'{option} {value!r}: {reason}')
+
+
+def parse_vgpu_config(types: list[str], entries: list[str]
+                      ) -> dict[str, str]:
+    """The vGPU type of each GPU address in ``[gpu_devices]``; Invalid
+    naming the option and the value when the configuration is wrong."""
+    enabled = list(dict.fromkeys(t.strip() for t in types))
+    for type_id in enabled:
+        if not _TYPE_ID_RE.match(type_id):
+            raise _invalid(TYPES_OPTION, type_id,
+                           'not an mdev type name such as nvidia-222')
+    by_address: dict[str, str] = {}
+    mapped = set()
+    for entry in entries:
+        type_id, sep, addresses = entry.strip().partition(':')
+        type_id = type_id.strip()
+        if not sep or not addresses.strip():
+            raise _invalid(ADDRESSES_OPTION, entry,
+                           'expected <type>:<address>[,<address>...], e.g. '
+                           'nvidia-222:0000:3b:00.0')
+        if type_id not in enabled:
+            raise _invalid(ADDRESSES_OPTION, entry,
+                           f'type {type_id!r} is not in {TYPES_OPTION} '
+                           f'({", ".join(enabled) or "empty"})')
+        for address in addresses.split(','):
+            address = address.strip().lower()
+            if not pci.ADDRESS_RE.match(address):
+                raise _invalid(ADDRESSES_OPTION, entry,
+                               f'{address!r} is not a PCI address such as '
+                               '0000:3b:00.0')
+            other = by_address.setdefault(address, type_id)
+            if other != type_id:
+                raise _invalid(ADDRESSES_OPTION, entry,
+                               f'{address} already serves type {other}; a '
+                               'GPU serves one vGPU type')
+        mapped.add(type_id)
+    unmapped = [t for t in enabled if t not in mapped]
+    if unmapped:
+        raise _invalid(TYPES_OPTION, ','.join(enabled),
+                       f'no GPU serves {", ".join(unmapped)}; name them in '
+                       f'{ADDRESSES_OPTION}')
+    return by_address
+
+
+def vgpu_trait(product_id: str, mdev_type: pci.MdevType) -> str:
+    """``CUSTOM_NVIDIA_<PRODUCT>_<TYPE NAME>``, e.g.
+    ``CUSTOM_NVIDIA_1EB8_T4_1B`` for "GRID T4-1B" on a T4; the type id
+    stands in for a type without a name."""
+    name = _NAME_PREFIX_RE.sub('', (mdev_type.name or '').strip())
+    part = _NOT_ALNUM_RE.sub('_', name.upper()).strip('_')
+    if not part:
+        part = _NOT_ALNUM_RE.sub('_', mdev_type.type_id.upper()).strip('_')
+    return f'CUSTOM_NVIDIA_{trait_part(product_id[2:])}_{part}'[:255]
+
+
+def _is_gpu(function: pci.PciFunction) -> bool:
+    return (function.vendor_id == VENDOR_ID
+            and any(function.matches_class(c) for c in GPU_CLASSES))
+
+
+def _offered(function: pci.PciFunction, type_id: str
+             ) -> pci.MdevType | None:
+    return next((t for t in function.mdev_types if t.type_id == type_id),
+                None)
+
+
+class NvidiaGpuDriver(AcceleratorDriver):
+    """Reports NVIDIA GPUs as PGPUs or VGPUs, and creates and removes the
+    vGPUs' mediated devices."""
+
+    driver_name = 'nvidia_gpu'
+
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        super().__init__(conf)
+        self.vgpu_types = parse_vgpu_config(
+            conf.gpu_devices.enabled_vgpu_types,
+            conf.gpu_devices.vgpu_type_addresses)
+        self.bus = pci.PciBus(conf.agent.sysfs_root)
+        self._warn = pci_report.WarnOnce(LOG)
+
+    # Discovery
+
+    def discover(self) -> list[DriverDevice]:
+        functions = {f.address: f for f in self.bus.functions()}
+        gpus = [f for f in functions.values() if _is_gpu(f) and not f.is_vf]
+        self._check_addresses(functions)
+        devices = []
+        for gpu in gpus:
+            type_id = self.vgpu_types.get(gpu.address)
+            if type_id is None:
+                devices.append(self._pgpu(gpu))
+                continue
+            device = self._vgpu(gpu, type_id, functions)
+            if device is not None:
+                devices.append(device)
+        LOG.debug('nvidia_gpu found %d GPU(s).', len(devices))
+        return devices
+
+    def _check_addresses(self, functions: dict[str, pci.PciFunction]
+                         ) -> None:
+        for address, type_id in sorted(self.vgpu_types.items()):
+            function = functions.get(address)
+            if function is None or not _is_gpu(function):
+                self._warn('%s names %s for vGPU type %s, but there is no '
+                           'NVIDIA GPU at that address.', ADDRESSES_OPTION,
+                           address, type_id)
+            elif function.is_vf:
+                self._warn('%s names %s for vGPU type %s, but that is a '
+                           'virtual function; name its GPU %s instead.',
+                           ADDRESSES_OPTION, address, type_id,
+                           function.physfn)
+
+    def _pgpu(self, gpu: pci.PciFunction) -> DriverDevice:
+        traits = ['OWNER_CYBORG', VENDOR_TRAIT,
+                  f'CUSTOM_NVIDIA_{trait_part(gpu.device_id[2:])}']
+        return pci_report.device('GPU', gpu, [pci_report.deployable(
+            gpu, self.hostname, self.driver_name, 'PGPU', traits)])
+
+    def _vgpu(self, gpu: pci.PciFunction, type_id: str,
+              functions: dict[str, pci.PciFunction]) -> DriverDevice | None:
+        """The GPU as vGPUs of ``type_id``, created on the GPU or on its
+        VFs; None, with a warning, when neither offers the type."""
+        vfs = [functions[vf] for vf in gpu.virtfns if vf in functions]
+        parents = [(f, t) for f in [gpu] if (t := _offered(f, type_id))]
+        if not parents:
+            parents = [(f, t) for f in vfs if (t := _offered(f, type_id))]
+        if not parents:
+            offered = sorted({t.type_id for f in [gpu, *vfs]
+                              for t in f.mdev_types})
+            self._warn('NVIDIA GPU %s is configured for vGPU type %s but '
+                       'does not offer it (it offers: %s); it is not '
+                       'reported until it does.', gpu.address, type_id,
+                       ', '.join(offered) or 'none')
+            return None
+        handles = []
+        for n, parent in enumerate(self._vgpu_parents(parents)):
+            info = parent.attach_info()
+            info.update(asked_type=type_id, vgpu_mark=f'{type_id}_{n}')
+            handles.append(DriverAttachHandle(attach_type='MDEV',
+                                              attach_info=info))
+        mdev_type = parents[0][1]
+        traits = ['OWNER_CYBORG', VENDOR_TRAIT,
+                  vgpu_trait(gpu.device_id, mdev_type)]
+        deployable = pci_report.deployable(
+            gpu, self.hostname, self.driver_name, 'VGPU', traits, handles)
+        board = {'vgpu_type': type_id}
+        if mdev_type.name:
+            board['vgpu_type_name'] = mdev_type.name
+        return pci_report.device('GPU', gpu, [deployable], **board)
+
+    def _vgpu_parents(self, parents: list[tuple[pci.PciFunction,
+                                                pci.MdevType]]
+                      ) -> list[pci.PciFunction]:
+        """One parent per vGPU the GPU can host: each existing mdev of the
+        type, then free instances up to the type's ``max_instance`` (VFs
+        each say one is free, even when the GPU has memory for fewer
+        vGPUs than it has VFs), in parent order."""
+        used: list[pci.PciFunction] = []
+        free: list[pci.PciFunction] = []
+        for parent, mdev_type in parents:
+            used += [parent] * len(mdev_type.devices)
+            free += [parent] * max(0, mdev_type.available_instances)
+        limit = self._max_instance(*parents[0])
+        if limit is not None:
+            free = free[:max(0, limit - len(used))]
+        order = {p.address: i for i, (p, _) in enumerate(parents)}
+        return sorted(used + free, key=lambda p: order[p.address])
+
+    def _max_instance(self, parent: pci.PciFunction,
+                      mdev_type: pci.MdevType) -> int | None:
+        description = self.bus.read(os.path.join(
+            parent.sysfs_path, 'mdev_supported_types', mdev_type.type_id,
+            'description')) or ''
+        match = _MAX_INSTANCE_RE.search(description)
+        return int(match.group(1)) if match else None
+
+    # Mediated devices
+
+    def _mdev_target(self, action: str, attach_info: dict[str, str],
+                     mdev_uuid: str, need_type: bool
+                     ) -> tuple[str, str, str]:
+        """(parent address, mdev type, uuid) of an MDEV attach handle."""
+        def fail(reason: str) -> exception.DeviceActionError:
+            return exception.DeviceActionError(
+                action=action, device=str(attach_info), reason=reason)
+
+        try:
+            address = '{domain}:{bus}:{device}.{function}'.format(
+                **attach_info).lower()
+        except (KeyError, TypeError, ValueError):
+            raise fail('the attach handle names no PCI function') from None
+        type_id = attach_info.get('asked_type', '')
+        if not pci.ADDRESS_RE.match(address):
+            raise fail(f'{address!r} is not a PCI address')
+        if (need_type or type_id) and not _TYPE_ID_RE.match(type_id):
+            raise fail(f'{type_id!r} is not an mdev type')
+        if not uuidutils.is_uuid_like(mdev_uuid):
+            raise fail(f'{mdev_uuid!r} is not a UUID')
+        function = self.bus.get(address)
+        if function is None or function.vendor_id != VENDOR_ID:
+            raise fail(f'there is no NVIDIA function at {address}')
+        return address, type_id, mdev_uuid.lower()
+
+    def _write(self, path: str, text: str, action: str, device: str
+               ) -> None:
+        """Write ``text`` to the sysfs file ``path``: directly when the
+        agent runs as root or has no ``[agent] root_helper``, else with
+        ``tee`` through the helper."""
+        root_helper = self.conf.agent.root_helper
+        if root_helper and os.geteuid() != 0:
+            if not os.path.exists(path):
+                raise exception.DeviceActionError(
+                    action=action, device=device,
+                    reason=f'cannot write {text!r} to {path}: no such file')
+            privileged.execute(['tee', path], action=action, device=device,
+                               root_helper=root_helper, process_input=text)
+            return
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+            try:
+                os.write(fd, text.encode())
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise exception.DeviceActionError(
+                action=action, device=device,
+                reason=f'cannot write {text!r} to {path}: '
+                       f'{exc.strerror or exc}') from exc
+
+    def create_mdev(self, attach_info: dict[str, str],
+                    mdev_uuid: str) -> None:
+        action = 'create mdev'
+        parent, type_id, mdev_uuid = self._mdev_target(
+            action, attach_info, mdev_uuid, need_type=True)
+        parent_dir = self.bus.path(f'/sys/class/mdev_bus/{parent}')
+        type_dir = os.path.join(parent_dir, 'mdev_supported_types', type_id)
+        if not os.path.isdir(type_dir):
+            raise exception.DeviceActionError(
+                action=action, device=parent,
+                reason=f'it offers no mdev type {type_id}')
+        mine = os.path.join(type_dir, 'devices', mdev_uuid)
+        if os.path.lexists(mine):
+            LOG.debug('mdev %s of type %s exists on %s.', mdev_uuid, type_id,
+                      parent)
+            return
+        for existing in (self.bus.path(f'/sys/bus/mdev/devices/{mdev_uuid}'),
+                         os.path.join(parent_dir, mdev_uuid)):
+            if os.path.lexists(existing):
+                raise exception.DeviceActionError(
+                    action=action, device=parent,
+                    reason=f'a different mdev {mdev_uuid} is in the way, on '
+                           f'{self.bus.address_of(existing)}')
+        try:
+            self._write(os.path.join(type_dir, 'create'), mdev_uuid, action,
+                        parent)
+        except exception.DeviceActionError as exc:
+            cause = exc.__cause__
+            if (isinstance(cause, OSError) and cause.errno == errno.EEXIST
+                    and os.path.lexists(mine)):
+                return
+            raise
+        LOG.info('Created mdev %s of type %s on %s.', mdev_uuid, type_id,
+                 parent)
+
+    def remove_mdev(self, attach_info: dict[str, str],
+                    mdev_uuid: str) -> None:
+        action = 'remove mdev'
+        parent, _, mdev_uuid = self._mdev_target(
+            action, attach_info, mdev_uuid, need_type=False)
+        for mdev_dir in (
+                self.bus.path(f'/sys/bus/mdev/devices/{mdev_uuid}'),
+                self.bus.path(f'/sys/class/mdev_bus/{parent}/{mdev_uuid}')):
+            if not os.path.isdir(mdev_dir):
+                continue
+            owner = self.bus.address_of(mdev_dir)
+            if owner != parent:
+                raise exception.DeviceActionError(
+                    action=action, device=parent,
+                    reason=f'mdev {mdev_uuid} belongs to {owner}')
+            try:
+                self._write(os.path.join(mdev_dir, 'remove'), '1', action,
+                            parent)
+            except exception.DeviceActionError as exc:
+                cause = exc.__cause__
+                if isinstance(cause, OSError) and cause.errno == errno.ENOENT:
+                    break
+                raise
+            LOG.info('Removed mdev %s from %s.', mdev_uuid, parent)
+            return
+        LOG.debug('mdev %s on %s is already gone.', mdev_uuid, parent)
