@@ -8,6 +8,7 @@ from typing import Any
 from oslo_config import cfg
 
 from cyborg import context as cyborg_context
+from cyborg.accelerator import pci
 from cyborg.accelerator.drivers.base import AcceleratorDriver
 from cyborg.common import device_report
 from cyborg.common import exception
@@ -45,13 +46,15 @@ class ResourceTracker:
     def collect(self) -> dict[str, Any]:
         """One discovery pass over every driver, as a report dict."""
         devices = []
-        for driver in self.drivers:
-            try:
-                found = driver.discover()
-            except Exception as exc:
-                raise exception.DriverError(
-                    driver=type(driver).driver_name, reason=exc) from exc
-            devices.extend(device.to_dict() for device in found)
+        # One scan of the PCI functions serves every driver.
+        with pci.discovery_pass():
+            for driver in self.drivers:
+                try:
+                    found = driver.discover()
+                except Exception as exc:
+                    raise exception.DriverError(
+                        driver=type(driver).driver_name, reason=exc) from exc
+                devices.extend(device.to_dict() for device in found)
         return {'hostname': self.hostname, 'devices': devices}
 
     def _full_report_due(self) -> bool:

@@ -1,14 +1,17 @@
 """The intel_nic, intel_qat, inspur_nvme_ssd and huawei_ascend drivers on
 fake sysfs trees of a host that has all their devices and some others."""
+import collections
 import logging
 
 import pytest
 
 from cyborg.accelerator import drivers
+from cyborg.accelerator import pci
 from cyborg.accelerator.drivers import huawei_ascend
 from cyborg.accelerator.drivers import inspur_nvme_ssd
 from cyborg.accelerator.drivers import intel_nic
 from cyborg.accelerator.drivers import intel_qat
+from cyborg.agent import resource_tracker
 from cyborg.common import device_report
 from cyborg.common import exception
 from cyborg.tests.sysfs import SysfsTree
@@ -346,6 +349,23 @@ def test_all_four_together_report_each_function_once(nic_conf):
     assert len(handles) == len(set(handles)) == 2 + 1 + 2 + 16 + 1 + 1 + 1
     names = [dep.name for d in devices for dep in d.deployables]
     assert len(names) == len(set(names))
+
+
+def test_an_agent_pass_reads_each_function_once(nic_conf, monkeypatch):
+    nic_conf.set_override('enabled_drivers', [
+        'intel_nic', 'intel_qat', 'inspur_nvme_ssd', 'huawei_ascend'],
+        'agent')
+    tracker = resource_tracker.ResourceTracker(
+        nic_conf, drivers.load_drivers(nic_conf), None)
+    parsed = collections.Counter()
+    parse = pci._parse
+    monkeypatch.setattr(pci, '_parse',
+                        lambda a, p: parsed.update([a]) or parse(a, p))
+    report = tracker.collect()
+    assert len(report['devices']) == 3 + 2 + 1 + 1
+    assert set(parsed.values()) == {1}
+    tracker.collect()
+    assert set(parsed.values()) == {2}
 
 
 @pytest.mark.parametrize('driver_class', [

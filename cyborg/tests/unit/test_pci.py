@@ -254,3 +254,27 @@ def test_live_host_through_udev_matches_sysfs():
         assert function.driver == (
             os.path.basename(os.readlink(driver))
             if os.path.islink(driver) else None)
+
+
+def test_a_discovery_pass_reads_sysfs_once(tree, monkeypatch):
+    tree.add_function(PF, 0x8086, 0x1593, 0x020000)
+    tree.add_vfs(PF, VFS[:1], 0x8086, 0x1889)
+    parsed = []
+    parse = pci._parse
+    monkeypatch.setattr(pci, '_parse',
+                        lambda a, p: parsed.append(a) or parse(a, p))
+    with pci.discovery_pass():
+        first = pci.PciBus(tree.root).functions()
+        tree.add_function('0000:01:00.0', 0x1af4, 0x1000, 0x020000)
+        with pci.discovery_pass():
+            # Another driver's bus over the same tree, in a nested block.
+            assert pci.PciBus(tree.root).functions() == first
+        assert pci.PciBus(tree.root).get(VFS[0]) == first[1]
+        assert pci.PciBus(tree.root).get('0000:01:00.0') is None
+    assert parsed == [PF, VFS[0]]
+    # The next pass sees the function added since.
+    with pci.discovery_pass():
+        assert [f.address for f in pci.PciBus(tree.root).functions()] == [
+            '0000:01:00.0', PF, VFS[0]]
+    assert pci.PciBus(tree.root).get('0000:01:00.0') is not None
+    assert len(parsed) == 6
