@@ -7,6 +7,7 @@ from cyborg.conf import conductor
 from cyborg.conf import database
 from cyborg.conf import default
 from cyborg.conf import fake_driver
+from cyborg.conf import fpga
 from cyborg.conf import generic_pci
 from cyborg.conf import glance
 from cyborg.conf import gpu
@@ -23,6 +24,7 @@ api.register_opts(CONF)
 conductor.register_opts(CONF)
 database.register_opts(CONF)
 fake_driver.register_opts(CONF)
+fpga.register_opts(CONF)
 generic_pci.register_opts(CONF)
 glance.register_opts(CONF)
 gpu.register_opts(CONF)

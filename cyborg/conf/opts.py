@@ -8,6 +8,7 @@ from cyborg.conf import conductor
 from cyborg.conf import database
 from cyborg.conf import default
 from cyborg.conf import fake_driver
+from cyborg.conf import fpga
 from cyborg.conf import generic_pci
 from cyborg.conf import glance
 from cyborg.conf import gpu
@@ -16,7 +17,7 @@ from cyborg.conf import nova
 from cyborg.conf import placement
 from cyborg.conf import upgrade_levels
 
-_MODULES = (default, agent, api, conductor, database, fake_driver,
+_MODULES = (default, agent, api, conductor, database, fake_driver, fpga,
             generic_pci, glance, gpu, nic, nova, placement,
             upgrade_levels)
 

@@ -1,0 +1,168 @@
+"""A driver for Intel FPGA cards (PAC Arria 10, PAC N3000, PAC D5005, OFS
+cards) driven by the kernel's DFL drivers or by OPAE's intel-fpga driver.
+
+Each card's physical function (PF) is one device with one deployable,
+named after the PF. A PF whose SR-IOV virtual functions are enabled lends
+them out, one accelerator per VF; a PF without VFs lends itself out. The
+FPGA's partial-reconfiguration interface id and the ids of the loaded
+accelerator functions (AFUs) become traits, read from
+
+* DFL: ``/sys/class/fpga_region/region*/compat_id`` and
+  ``.../region*/dfl-port.*/afu_id``;
+* OPAE: ``/sys/class/fpga/intel-fpga-dev.*/intel-fpga-fme.*/pr/
+  interface_id`` and ``.../intel-fpga-port.*/afu_id``,
+
+each class entry belonging to the PF its sysfs path lies under. The PF is
+programmed with OPAE's ``fpgaconf`` (``[fpga] fpgaconf_path`` and
+``fpgaconf_args``).
+"""
+import dataclasses
+import glob
+import logging
+import os
+import re
+
+from oslo_config import cfg
+
+from cyborg.accelerator import pci
+from cyborg.accelerator.drivers import fpga_common
+from cyborg.accelerator.drivers import pci_report
+from cyborg.accelerator.drivers.base import function_trait
+from cyborg.accelerator.drivers.base import trait_part
+from cyborg.common.device_report import DriverDevice
+
+LOG = logging.getLogger(__name__)
+_warn = pci_report.WarnOnce(LOG)
+
+VENDOR_ID = '0x8086'
+# PF device id -> the product's trait suffix. 0xbcce is the id every Open
+# FPGA Stack card shares; its subsystem device id names the card.
+PRODUCTS = {
+    '0x09c4': 'PAC_ARRIA10',
+    '0x0b30': 'PAC_N3000',
+    '0x0b2b': 'PAC_D5005',
+    '0xbcce': 'OFS',
+}
+OFS_PRODUCTS = {
+    '0x138d': 'PAC_D5005',
+    '0x1770': 'N6000',
+    '0x1771': 'N6001',
+    '0x17d4': 'C6100',
+}
+# A 128-bit id as sysfs prints it: 32 hex digits, sometimes as a UUID.
+_ID_RE = re.compile(r'^[0-9a-f]{32}$')
+
+
+@dataclasses.dataclass
+class _FpgaIds:
+    """The ids read from the FPGA class entries of one PF."""
+
+    interface_ids: list[str] = dataclasses.field(default_factory=list)
+    afu_ids: list[str] = dataclasses.field(default_factory=list)
+
+
+def product_of(function: pci.PciFunction) -> str | None:
+    """The product trait suffix of a PF this driver reports, else None."""
+    if function.vendor_id != VENDOR_ID or function.is_vf:
+        return None
+    product = PRODUCTS.get(function.device_id)
+    if product == 'OFS':
+        return OFS_PRODUCTS.get(function.subsystem_device_id or '', product)
+    return product
+
+
+class IntelFpgaDriver(fpga_common.FpgaDriver):
+    """Intel FPGA cards: one deployable per PF, its VFs (or itself) as
+    PCI attach handles, programmed with fpgaconf."""
+
+    driver_name = 'intel_fpga'
+
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        super().__init__(conf)
+        self.program_command = fpga_common.ProgramCommand(
+            conf, 'fpgaconf_path', 'fpgaconf_args')
+
+    def discover(self) -> list[DriverDevice]:
+        functions = self.bus.functions()
+        by_address = {f.address: f for f in functions}
+        ids = self._fpga_ids()
+        devices = []
+        for function in functions:
+            product = product_of(function)
+            if product is None:
+                continue
+            device = self._device(function, product, by_address,
+                                  ids.get(function.address, _FpgaIds()))
+            if device is not None:
+                devices.append(device)
+        LOG.debug('intel_fpga found %d card(s).', len(devices))
+        return devices
+
+    def _device(self, pf: pci.PciFunction, product: str,
+                by_address: dict[str, pci.PciFunction], ids: _FpgaIds
+                ) -> DriverDevice | None:
+        vfs = []
+        for address in pf.virtfns:
+            vf = by_address.get(address)
+            if vf is None:
+                # The PCI layer has said why it could not read the VF.
+                _warn('Intel FPGA %s: skipping VF %s, which cannot be read',
+                      pf.address, address)
+                continue
+            vfs.append(vf)
+        if not vfs and pf.sriov_numvfs:
+            _warn('Skipping Intel FPGA %s: %d VF(s) are enabled but none '
+                  'can be read', pf.address, pf.sriov_numvfs)
+            return None
+        traits = ['OWNER_CYBORG', 'CUSTOM_FPGA_INTEL',
+                  f'CUSTOM_FPGA_INTEL_{product}']
+        traits += [f'CUSTOM_FPGA_REGION_INTEL_{trait_part(i)}'
+                   for i in ids.interface_ids]
+        traits += [function_trait('INTEL', a) for a in ids.afu_ids]
+        # Named after the PF, whichever functions it lends out.
+        deployable = pci_report.deployable(
+            pf, self.hostname, self.driver_name, fpga_common.RESOURCE_CLASS,
+            traits, [pci_report.pci_handle(f) for f in vfs or [pf]])
+        device = pci_report.device('FPGA', pf, [deployable], product=product,
+                                   virtual_functions=len(vfs))
+        if ids.interface_ids:
+            device.vendor_board_info['interface_ids'] = ids.interface_ids
+        if ids.afu_ids:
+            device.vendor_board_info['afu_ids'] = ids.afu_ids
+        return device
+
+    def _fpga_ids(self) -> dict[str, _FpgaIds]:
+        """Interface and AFU ids per PF address, from both driver stacks.
+        """
+        found: dict[str, _FpgaIds] = {}
+        sources = (
+            ('fpga', 'intel-fpga-fme.*/pr/interface_id',
+             'intel-fpga-port.*/afu_id'),
+            ('fpga_region', 'compat_id', 'dfl-port.*/afu_id'),
+        )
+        for class_name, interface_glob, afu_glob in sources:
+            for entry in self.bus.class_dirs(class_name):
+                address = self.bus.address_of(entry)
+                if address is None:
+                    continue
+                ids = found.setdefault(address, _FpgaIds())
+                for path in sorted(glob.glob(
+                        os.path.join(entry, interface_glob))):
+                    self._add_id(ids.interface_ids, address, path)
+                for path in sorted(glob.glob(os.path.join(entry, afu_glob))):
+                    self._add_id(ids.afu_ids, address, path)
+        return found
+
+    def _add_id(self, ids: list[str], address: str, path: str) -> None:
+        value = self.bus.read(path)
+        if value is None:
+            # Unset ids (a static region's compat_id, a port lent to a VF)
+            # cannot be read; nothing is wrong.
+            return
+        normal = value.lower().replace('-', '')
+        if not _ID_RE.match(normal):
+            _warn('Intel FPGA %s: ignoring %s: %r is not a 128-bit hex id',
+                  address, path, value)
+            return
+        if normal not in ids:
+            ids.append(normal)

@@ -1,0 +1,82 @@
+"""A driver for Xilinx Alveo cards (U200, U250, U280, U50, U55C, ...).
+
+An Alveo card shows two physical functions in one PCI slot, both of class
+"Processing accelerators": the management function (bound to
+``xclmgmt``), through which the card is programmed, and the user function
+(bound to ``xocl``), through which applications run. The card is one
+device named after its management function, with one deployable holding
+one accelerator whose attach handles are both functions, the user
+function first so that a bind hands it out. The card is programmed with
+XRT's ``xbmgmt`` (``[fpga] xbmgmt_path`` and ``xbmgmt_args``).
+"""
+import logging
+from typing import Any
+
+from oslo_config import cfg
+
+from cyborg.accelerator import pci
+from cyborg.accelerator.drivers import fpga_common
+from cyborg.accelerator.drivers import pci_report
+from cyborg.common.device_report import DriverDeployable
+from cyborg.common.device_report import DriverDevice
+
+LOG = logging.getLogger(__name__)
+
+VENDOR_ID = '0x10ee'
+MANAGEMENT_DRIVER = 'xclmgmt'
+
+
+def is_alveo(function: pci.PciFunction) -> bool:
+    return (function.vendor_id == VENDOR_ID and not function.is_vf
+            and function.matches_class(fpga_common.PROCESSING_ACCELERATOR))
+
+
+def management_function(functions: list[pci.PciFunction]
+                        ) -> pci.PciFunction:
+    """The management function among one slot's functions: the one bound
+    to xclmgmt, else (no driver bound yet) the lowest-numbered one."""
+    return next((f for f in functions if f.driver == MANAGEMENT_DRIVER),
+                functions[0])
+
+
+class XilinxFpgaDriver(fpga_common.FpgaDriver):
+    """Xilinx Alveo cards: the management and user functions of a slot as
+    one device, programmed with xbmgmt through the management function.
+    """
+
+    driver_name = 'xilinx_fpga'
+
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        super().__init__(conf)
+        self.program_command = fpga_common.ProgramCommand(
+            conf, 'xbmgmt_path', 'xbmgmt_args')
+
+    def discover(self) -> list[DriverDevice]:
+        slots: dict[tuple[str, str, str], list[pci.PciFunction]] = {}
+        for function in self.bus.functions():
+            if is_alveo(function):
+                slot = (function.domain, function.bus, function.device)
+                slots.setdefault(slot, []).append(function)
+        devices = [self._device(functions) for functions in slots.values()]
+        LOG.debug('xilinx_fpga found %d card(s).', len(devices))
+        return devices
+
+    def _device(self, functions: list[pci.PciFunction]) -> DriverDevice:
+        mgmt = management_function(functions)
+        users = [f for f in functions if f is not mgmt]
+        traits = ['OWNER_CYBORG', 'CUSTOM_FPGA_XILINX',
+                  fpga_common.product_trait(mgmt)]
+        # One accelerator, whichever function a bind hands out.
+        deployable = DriverDeployable(
+            name=mgmt.deployable_name(self.hostname),
+            num_accelerators=1,
+            driver_name=self.driver_name,
+            attributes=pci_report.attributes(fpga_common.RESOURCE_CLASS,
+                                             traits),
+            attach_handles=[pci_report.pci_handle(f)
+                            for f in [*users, mgmt]])
+        board: dict[str, Any] = {'management_function': mgmt.address}
+        if users:
+            board['user_functions'] = [f.address for f in users]
+            board['user_product_id'] = users[0].device_id
+        return pci_report.device('FPGA', mgmt, [deployable], **board)

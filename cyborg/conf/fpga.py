@@ -1,0 +1,66 @@
+"""Options of the [fpga] group: the tools the FPGA drivers program with."""
+from oslo_config import cfg
+
+fpga_group = cfg.OptGroup(
+    'fpga',
+    title='FPGA driver options',
+    help='How the intel_fpga and xilinx_fpga drivers load a bitstream onto '
+         'an FPGA: which vendor tool they run, with which arguments, for '
+         'how long. The tools run without a shell, behind [agent] '
+         'root_helper when one is set. In the argument lists these '
+         'placeholders are replaced for the device being programmed: '
+         '{address} (its PCI address, 0000:5e:00.0), {domain} (0000), '
+         '{bus} (5e), {device} (00), {function} (0), all lower-case hex '
+         'without 0x, and {image} (the path of the downloaded bitstream, '
+         'which every list must contain). The agent refuses to start when '
+         'a list names another placeholder.')
+
+fpga_opts = [
+    cfg.IntOpt(
+        'program_timeout',
+        default=900,
+        min=1,
+        help='Seconds a programming tool may run before it is stopped and '
+             'the programming request fails. Loading a partial bitstream '
+             'takes seconds; flashing a whole shell can take many minutes.'),
+    cfg.StrOpt(
+        'fpgaconf_path',
+        default='/usr/bin/fpgaconf',
+        help='The OPAE fpgaconf tool that loads an accelerator function '
+             '(a .gbs file) into the partial-reconfiguration region of an '
+             'Intel FPGA card (PAC Arria 10, PAC N3000, PAC D5005, OFS '
+             'cards). A bare name is looked up on PATH.'),
+    cfg.ListOpt(
+        'fpgaconf_args',
+        default=['--bus', '0x{bus}', '--device', '0x{device}',
+                 '--function', '0x{function}', '{image}'],
+        help='Arguments given to fpgaconf_path to program the card\'s '
+             'physical function. On hosts with several PCI segments add '
+             '"--segment,0x{domain}" (OPAE 2.x).'),
+    cfg.StrOpt(
+        'xbmgmt_path',
+        default='/opt/xilinx/xrt/bin/xbmgmt',
+        help='The XRT xbmgmt tool that programs Xilinx Alveo cards through '
+             'their management physical function.'),
+    cfg.ListOpt(
+        'xbmgmt_args',
+        default=['program', '--device', '{address}', '--user', '{image}'],
+        help='Arguments given to xbmgmt_path; {address} is the management '
+             'function, e.g. 0000:3b:00.0. The default loads an .xclbin '
+             'into the user partition; to program the shell partition of a '
+             '2RP platform instead, write the shell option in place of the '
+             'user option (xbmgmt asks for confirmation before flashing a '
+             'shell or a base; its global force option gives it). Note that '
+             '"--base --image" takes the name of a base partition package '
+             'installed on the host, not a file, so it cannot load an '
+             'image downloaded from Glance.'),
+]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    conf.register_group(fpga_group)
+    conf.register_opts(fpga_opts, group=fpga_group)
+
+
+def list_opts() -> dict[cfg.OptGroup, list[cfg.Opt]]:
+    return {fpga_group: fpga_opts}
