@@ -1,4 +1,5 @@
 """Server side of the agent RPC API, and the agent's periodic work."""
+import errno
 import logging
 import os
 import threading
@@ -12,6 +13,7 @@ from oslo_utils import uuidutils
 from cyborg import context as cyborg_context
 from cyborg import version
 from cyborg.accelerator.drivers.base import AcceleratorDriver
+from cyborg.agent import cache as agent_cache
 from cyborg.agent import resource_tracker
 from cyborg.common import exception
 from cyborg.common import glance_client
@@ -25,6 +27,9 @@ Context = cyborg_context.RequestContext
 # What a device-side action can raise back to the caller.
 _ACTION_ERRORS = (exception.Invalid, exception.DeviceActionError,
                   exception.NotSupported)
+# What a report raises when no conductor answers.
+_UNREACHABLE = (exception.ServiceUnavailable, messaging.MessagingTimeout,
+                messaging.MessageUndeliverable)
 
 
 def _check_string_map(name: str, value: Any) -> None:
@@ -48,8 +53,24 @@ def _check_uuid(name: str, value: Any) -> None:
                                        f'{value!r}')
 
 
+def _already_exists(exc: BaseException) -> bool:
+    """Whether a failed mdev creation failed because the mdev exists:
+    the kernel's EEXIST anywhere in the chain of causes, or a driver
+    saying so."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno == errno.EEXIST:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return 'already exists' in str(exc)
+
+
 class AgentManager:
-    """What the conductor can ask of this host's agent."""
+    """What the conductor can ask of this host's agent.
+
+    The device-side actions that succeed are recorded in the tracker's
+    cache (``cyborg.agent.cache``); ``restore_mdevs`` replays the mdevs.
+    """
 
     target = messaging.Target(version='1.1')
 
@@ -63,6 +84,10 @@ class AgentManager:
         self.glance = glance or glance_client.GlanceClient(conf)
         self._device_locks: dict[str, threading.Lock] = {}
         self._device_locks_guard = threading.Lock()
+
+    @property
+    def cache(self) -> agent_cache.AgentCache:
+        return self.tracker.cache
 
     @property
     def bitstream_dir(self) -> str:
@@ -99,6 +124,8 @@ class AgentManager:
                      bitstream.function_id or 'no function id')
             self._act(driver.program, 'program', device, controlpath_id,
                       deployable_name, path, bitstream.to_dict())
+            self.cache.record_bitstream(controlpath_id, deployable_name,
+                                        driver_name, bitstream.id)
         LOG.info('Programmed %s with bitstream %s', deployable_name,
                  bitstream.id)
         return {'bitstream_id': bitstream.id, 'reported': self._report()}
@@ -125,6 +152,38 @@ class AgentManager:
                   else driver.remove_mdev)
         LOG.debug('%s %s on %s', action, mdev_uuid, device)
         self._act(method, action, device, attach_info, mdev_uuid)
+        if action == 'create mdev':
+            self.cache.record_mdev(mdev_uuid, driver_name, attach_info)
+        else:
+            self.cache.forget_mdev(mdev_uuid)
+
+    def restore_mdevs(self) -> int:
+        """Create again the mdevs this agent created and has not removed
+        (a reboot loses them); returns how many were created.
+
+        Run at start, before the first report and before RPC calls are
+        served. An mdev that still exists is fine; a failure is logged and
+        the mdev stays recorded, for its unbind to remove.
+        """
+        created = 0
+        for mdev_uuid, entry in sorted(self.cache.mdevs.items()):
+            driver_name = entry['driver_name']
+            attach_info = entry['attach_info']
+            device = canonical_json(attach_info)
+            try:
+                driver = self._driver(driver_name, 'create mdev', device)
+                driver.create_mdev(attach_info, mdev_uuid)
+            except Exception as exc:
+                if _already_exists(exc):
+                    LOG.debug('mdev %s on %s still exists.', mdev_uuid,
+                              device)
+                    continue
+                LOG.warning('Could not re-create mdev %s on %s (driver %s): '
+                            '%s', mdev_uuid, device, driver_name, exc)
+                continue
+            created += 1
+            LOG.info('Re-created mdev %s on %s.', mdev_uuid, device)
+        return created
 
     def _driver(self, driver_name: str, action: str,
                 device: str) -> AcceleratorDriver:
@@ -169,7 +228,13 @@ class AgentManager:
         return True
 
     def periodic_report(self) -> None:
-        self.tracker.update()
+        try:
+            self.tracker.update()
+        except _UNREACHABLE as exc:
+            pending = self.tracker.pending
+            LOG.warning('No conductor took the inventory report (%s); '
+                        'report %s is kept and the next pass sends it.',
+                        exc, pending[:12] if pending else '-')
 
     def heartbeat(self) -> None:
         self.conductor_api.service_heartbeat(

@@ -1,4 +1,5 @@
 """Discovery passes and the decision to report them to the conductor."""
+import hashlib
 import logging
 import threading
 import time
@@ -10,6 +11,7 @@ from oslo_config import cfg
 from cyborg import context as cyborg_context
 from cyborg.accelerator import pci
 from cyborg.accelerator.drivers.base import AcceleratorDriver
+from cyborg.agent import cache as agent_cache
 from cyborg.common import device_report
 from cyborg.common import exception
 from cyborg.conductor import rpcapi as conductor_rpcapi
@@ -25,19 +27,30 @@ class ResourceTracker:
     ``[agent] full_report_interval`` seconds. When a driver fails nothing is
     sent: a partial report would make the conductor delete devices that are
     still there.
+
+    Each report and the hash of the last accepted one go to ``cache``
+    (see ``cyborg.agent.cache``), so a restarted agent with the same
+    inventory does not send it again; its first full report is then due
+    ``full_report_interval`` seconds after the start.
     """
 
     def __init__(self, conf: cfg.ConfigOpts,
                  drivers: list[AcceleratorDriver],
                  conductor_api: conductor_rpcapi.ConductorAPI,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 cache: agent_cache.AgentCache | None = None) -> None:
         self.conf = conf
         self.drivers = drivers
         self.conductor_api = conductor_api
         self.clock = clock
+        self.cache = cache or agent_cache.AgentCache()
         self._lock = threading.Lock()
-        self._last_hash: str | None = None
-        self._last_sent: float | None = None
+        self._last_hash = self.cache.accepted_hash(_recipient(conf))
+        self._last_sent = clock() if self._last_hash else None
+        if self._last_hash:
+            LOG.debug('The conductor accepted report %s before this agent '
+                      'started; sending it again only if it changes.',
+                      self._last_hash[:12])
 
     @property
     def hostname(self) -> str:
@@ -55,7 +68,19 @@ class ResourceTracker:
                     raise exception.DriverError(
                         driver=type(driver).driver_name, reason=exc) from exc
                 devices.extend(device.to_dict() for device in found)
-        return {'hostname': self.hostname, 'devices': devices}
+        report: dict[str, Any] = {'hostname': self.hostname,
+                                  'devices': devices}
+        # Sent only when it is not the default, so that conductors that do
+        # not know the field accept the reports of default agents.
+        if self.conf.agent.new_device_state == 'disabled':
+            report['new_device_status'] = 'maintaining'
+        return report
+
+    @property
+    def pending(self) -> str | None:
+        """The hash of the last report discovered but not accepted."""
+        digest = self.cache.report_hash
+        return digest if digest != self._last_hash else None
 
     def _full_report_due(self) -> bool:
         interval = self.conf.agent.full_report_interval
@@ -74,11 +99,26 @@ class ResourceTracker:
                     and not self._full_report_due()):
                 LOG.debug('Devices unchanged (%s); no report.', digest[:12])
                 return None
+            self.cache.record_report(report, digest)
             context = cyborg_context.get_admin_context()
             result = self.conductor_api.report_data(
                 context, self.conf.host, report)
             self._last_hash = digest
             self._last_sent = self.clock()
+            self.cache.record_accepted(_recipient(self.conf), digest)
             LOG.debug('Reported %d device(s): %s', len(report['devices']),
                       result)
             return result
+
+
+def _recipient(conf: cfg.ConfigOpts) -> str:
+    """To whom this agent's reports go: its host name at the conductors
+    behind one messaging transport and exchange (hashed: the transport
+    URL may hold a password)."""
+    try:
+        where = f'{conf.transport_url or ""} {conf.control_exchange}'
+    except cfg.NoSuchOptError:
+        # No transport configured in this process (tests, tools).
+        where = ''
+    digest = hashlib.sha256(where.encode()).hexdigest()[:16]
+    return f'{conf.host} {digest}'

@@ -1,8 +1,12 @@
-"""Assembling an agent: drivers, tracker, RPC endpoints, periodic tasks."""
+"""Assembling an agent: drivers, cache, tracker, RPC, tasks, hot-plug."""
+from collections.abc import Iterable
+
 from oslo_config import cfg
 
 from cyborg.accelerator import drivers
 from cyborg.accelerator.drivers.base import AcceleratorDriver
+from cyborg.agent import cache as agent_cache
+from cyborg.agent import hotplug
 from cyborg.agent import manager
 from cyborg.agent import resource_tracker
 from cyborg.common import rpc
@@ -10,21 +14,58 @@ from cyborg.common import service
 from cyborg.conductor import rpcapi as conductor_rpcapi
 
 
+class AgentService(service.Service):
+    """The agent's RPC server and periodic tasks, started once the mdevs of
+    the cache exist again, with the hot-plug monitor alongside."""
+
+    def __init__(self, agent: manager.AgentManager,
+                 tasks: list[service.PeriodicTask],
+                 monitor: hotplug.HotplugMonitor | None) -> None:
+        super().__init__(rpc.AGENT_TOPIC, agent.conf.host, [agent], tasks)
+        self.agent = agent
+        self.monitor = monitor
+
+    def start(self) -> None:
+        # Before any RPC call or report: an unbind that arrives now must
+        # find the mdev it removes, and the report the host as it will be.
+        self.agent.restore_mdevs()
+        if self.monitor is not None:
+            self.monitor.start()
+        super().start()
+
+    def stop(self) -> None:
+        if self.monitor is not None:
+            self.monitor.stop()
+        super().stop()
+
+
 def build(conf: cfg.ConfigOpts,
-          loaded: list[AcceleratorDriver] | None = None) -> service.Service:
+          loaded: list[AcceleratorDriver] | None = None,
+          hotplug_events: Iterable[hotplug.Event] | None = None
+          ) -> AgentService:
     """An agent service for ``conf.host``; rpc.init() must have run.
 
     ``loaded`` are the drivers to use; by default those named in
     ``[agent] enabled_drivers`` (DriverNotFound if a name is unknown).
+    ``hotplug_events`` replaces udev as the source of hot-plug events.
     """
     if loaded is None:
         loaded = drivers.load_drivers(conf)
     conductor_api = conductor_rpcapi.ConductorAPI(conf)
-    tracker = resource_tracker.ResourceTracker(conf, loaded, conductor_api)
+    cache = agent_cache.AgentCache.load(agent_cache.cache_path(conf))
+    tracker = resource_tracker.ResourceTracker(conf, loaded, conductor_api,
+                                               cache=cache)
     agent = manager.AgentManager(conf, tracker, conductor_api)
-    return service.Service(
-        rpc.AGENT_TOPIC, conf.host, [agent],
-        [service.PeriodicTask('agent-report', agent.periodic_report,
-                              conf.agent.periodic_interval),
+    report = service.PeriodicTask('agent-report', agent.periodic_report,
+                                  conf.agent.periodic_interval)
+    monitor = None
+    if conf.agent.hotplug:
+        monitor = hotplug.HotplugMonitor(report.trigger,
+                                         conf.agent.hotplug_debounce,
+                                         events=hotplug_events)
+    return AgentService(
+        agent,
+        [report,
          service.PeriodicTask('agent-heartbeat', agent.heartbeat,
-                              conf.heartbeat_interval)])
+                              conf.heartbeat_interval)],
+        monitor)

@@ -88,6 +88,9 @@ REPORT_SCHEMA: dict[str, Any] = {
     'additionalProperties': False,
     'properties': {
         'hostname': _NAME,
+        # The status of devices the conductor stores for the first time
+        # ([agent] new_device_state); absent means 'enabled'.
+        'new_device_status': {'enum': list(models.DEVICE_STATUSES)},
         'devices': {
             'type': 'array',
             'items': {

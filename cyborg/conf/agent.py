@@ -50,6 +50,39 @@ agent_opts = [
              'enumerated through udev; another directory holds a copy or a '
              'fake tree of sysfs, for tests and for agents in containers '
              'that mount the host\'s sysfs elsewhere.'),
+    cfg.BoolOpt(
+        'hotplug',
+        default=True,
+        help='Watch udev for PCI devices that are added, removed, bound to '
+             'or unbound from a driver, or changed, and run a discovery '
+             'pass (and a report, if the inventory changed) as soon as '
+             'they happen instead of waiting for the next periodic pass. '
+             'Where udev events cannot be received (a container without '
+             'the host\'s netlink socket, missing permission) the agent '
+             'logs a warning and relies on the periodic pass.'),
+    cfg.FloatOpt(
+        'hotplug_debounce',
+        default=2.0,
+        min=0,
+        help='Seconds the agent waits after the first udev event of a burst '
+             'before it runs the discovery pass, so that a burst (creating '
+             '16 virtual functions gives dozens of events) causes one '
+             'report. Events during the wait are folded into that pass.'),
+    cfg.StrOpt(
+        'new_device_state',
+        default='enabled',
+        choices=[
+            ('enabled', 'Devices the conductor has not seen before can be '
+                        'scheduled as soon as they are reported.'),
+            ('disabled', 'Devices the conductor has not seen before are '
+                         'stored with status "maintaining": their '
+                         'inventory in placement is reserved until an '
+                         'operator enables them.'),
+        ],
+        help='Whether devices this host reports for the first time can be '
+             'used at once. Devices the conductor already knows keep their '
+             'status whatever this option says; a device that disappears '
+             'from the host and comes back is new again.'),
 ]
 
 

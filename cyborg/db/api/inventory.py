@@ -263,13 +263,14 @@ def _add_deployables(w: _Writer, hostname: str,
     w.insert(models.AttachHandle, handles)
 
 
-def _add_devices(w: _Writer, host: str, hostname: str,
+def _add_devices(w: _Writer, host: str, hostname: str, status: str,
                  reports: list[Report]) -> list[tuple[int, int,
                                                       dict[str, str],
                                                       Report]]:
-    """Insert devices and control paths; return their deployables to add."""
+    """Insert devices with ``status`` and their control paths; return
+    their deployables to add."""
     device_ids = w.insert(models.Device, [
-        dict(host=host, status='enabled', **_device_values(dev, hostname))
+        dict(host=host, status=status, **_device_values(dev, hostname))
         for dev in reports], returning=True)
     cpid_ids = w.insert(models.ControlpathID, [
         {'device_id': device_id,
@@ -432,8 +433,9 @@ def apply_report(context: cyborg_context.RequestContext, host: str,
                 _sync_device(w, rows.devices[key], dev, hostname, rows))
     # Deletes first: a re-added part may reuse a unique value.
     w.flush_deletes()
+    # Only new devices take the agent's status; known ones keep theirs.
     new_deployables.extend(_add_devices(
-        w, host, hostname,
+        w, host, hostname, report.get('new_device_status', 'enabled'),
         [dev for key, dev in reported.items() if key not in rows.devices]))
     _add_deployables(w, hostname, new_deployables)
     return result

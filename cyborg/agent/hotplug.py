@@ -1,0 +1,135 @@
+"""PCI hot-plug: udev events that make the agent report at once.
+
+A reader thread takes ``(action, device)`` pairs from an event source -
+udev's netlink socket filtered on subsystem ``pci`` on a host, any
+iterable in tests - and a second thread turns each burst of relevant
+events into one call of ``trigger`` (the agent-report task's ``trigger``):
+the first event opens a window of ``debounce`` seconds, the events inside
+it are folded in, and ``trigger`` runs when it closes. The discovery pass
+that follows decides, as always, whether anything is sent.
+"""
+import logging
+import threading
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
+from typing import Any
+
+import pyudev
+
+LOG = logging.getLogger(__name__)
+
+#: udev actions after which the host's PCI inventory may differ.
+ACTIONS = frozenset(('add', 'remove', 'bind', 'unbind', 'change'))
+
+Event = tuple[str, Any]
+# How long a udev poll blocks, so that stop() is noticed.
+_POLL_SECONDS = 1.0
+
+
+def open_udev(stopping: threading.Event) -> Iterator[Event]:
+    """Listen to udev for PCI events; raises OSError, ImportError or
+    ValueError at once when that is impossible here."""
+    # pyudev loads libudev here, and ImportError says it is missing.
+    context = pyudev.Context()
+    monitor = pyudev.Monitor.from_netlink(context)
+    monitor.filter_by('pci')
+    monitor.start()
+
+    def events() -> Iterator[Event]:
+        while not stopping.is_set():
+            device = monitor.poll(timeout=_POLL_SECONDS)
+            if device is not None:
+                yield device.action, device
+
+    return events()
+
+
+class HotplugMonitor:
+    """Calls ``trigger`` once per burst of PCI hot-plug events.
+
+    ``events`` is the event source; None opens udev at ``start()``.
+    """
+
+    def __init__(self, trigger: Callable[[], None], debounce: float,
+                 events: Iterable[Event] | None = None) -> None:
+        self.trigger = trigger
+        self.debounce = debounce
+        self._source = events
+        self._stopping = threading.Event()
+        self._cond = threading.Condition()
+        self._window_open = False
+        self._folded = 0
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> bool:
+        """Start watching; False (after one warning) when events cannot be
+        received here, in which case the periodic pass finds changes."""
+        events = self._source
+        if events is None:
+            try:
+                events = open_udev(self._stopping)
+            except (ImportError, OSError, ValueError) as exc:
+                LOG.warning('PCI hot-plug events are not available here '
+                            '(%s: %s); added and removed devices are found '
+                            'by the periodic discovery pass only.',
+                            type(exc).__name__, exc)
+                return False
+        self._threads = [
+            threading.Thread(target=self._read, args=(events,),
+                             name='hotplug-events', daemon=True),
+            threading.Thread(target=self._debounce,
+                             name='hotplug-debounce', daemon=True)]
+        for thread in self._threads:
+            thread.start()
+        LOG.debug('Watching PCI hot-plug events (debounce %ss).',
+                  self.debounce)
+        return True
+
+    def stop(self, timeout: float = 5) -> None:
+        self._stopping.set()
+        with self._cond:
+            self._cond.notify_all()
+        for thread in self._threads:
+            # An injected source may block; its thread is a daemon.
+            thread.join(timeout)
+        self._threads = []
+
+    def _read(self, events: Iterable[Event]) -> None:
+        try:
+            for action, device in events:
+                if self._stopping.is_set():
+                    return
+                if action in ACTIONS:
+                    LOG.debug('PCI %s: %s', action,
+                              getattr(device, 'sys_name', device))
+                    self._event()
+        except Exception:
+            LOG.warning('Stopped watching PCI hot-plug events; added and '
+                        'removed devices are found by the periodic '
+                        'discovery pass only.', exc_info=True)
+
+    def _event(self) -> None:
+        with self._cond:
+            self._folded += 1
+            if not self._window_open:
+                self._window_open = True
+                self._cond.notify_all()
+
+    def _debounce(self) -> None:
+        while True:
+            with self._cond:
+                while not self._window_open and not self._stopping.is_set():
+                    self._cond.wait()
+            # The window: later events only add to the count.
+            if self._stopping.wait(self.debounce):
+                return
+            with self._cond:
+                folded, self._folded = self._folded, 0
+                self._window_open = False
+            LOG.debug('%d PCI hot-plug event(s); discovering now.', folded)
+            try:
+                self.trigger()
+            except Exception:
+                LOG.exception('Could not start a discovery pass after PCI '
+                              'hot-plug events')
