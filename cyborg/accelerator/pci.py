@@ -21,11 +21,14 @@ import logging
 import os
 import re
 import threading
+from collections.abc import Callable
 from collections.abc import Iterator
+from typing import TypeVar
 
 from cyborg.common.device_report import pci_address
 
 LOG = logging.getLogger(__name__)
+_T = TypeVar('_T')
 
 # A PCI function address as the kernel names it: domain (4 hex digits,
 # more on VMD domains), bus, device, function.
@@ -309,6 +312,10 @@ def _optional_id(path: str, name: str, digits: int) -> str | None:
         return None
 
 
+def _optional_hex4(path: str, name: str) -> str | None:
+    return _optional_id(path, name, 4)
+
+
 def _optional_int(path: str, name: str) -> int | None:
     value = _text(path, name)
     if value is None:
@@ -352,9 +359,9 @@ def _linked_function(path: str, name: str) -> str:
     return address
 
 
-def _virtfns(path: str) -> tuple[str, ...]:
+def _virtfns(path: str, entries: set[str]) -> tuple[str, ...]:
     indexed = []
-    for entry in os.listdir(path):
+    for entry in entries:
         match = _VIRTFN_RE.match(entry)
         if not match:
             continue
@@ -403,25 +410,32 @@ def _parse(address: str, path: str) -> PciFunction:
     match = ADDRESS_RE.match(address)
     if not match:
         raise _Malformed('not a PCI function address')
-    if not os.path.isdir(path):
-        raise _Malformed('no such directory')
-    numa_node = _optional_int(path, 'numa_node')
-    physfn = (_linked_function(path, 'physfn')
-              if os.path.lexists(os.path.join(path, 'physfn')) else None)
+    try:
+        # Optional attributes are read only when listed: a scan opens a
+        # dozen files per function, and failed opens cost as much.
+        entries = set(os.listdir(path))
+    except OSError:
+        raise _Malformed('no such directory') from None
+
+    def optional(read: Callable[[str, str], _T], name: str) -> _T | None:
+        return read(path, name) if name in entries else None
+
+    numa_node = optional(_optional_int, 'numa_node')
     return PciFunction(
         address=address,
         vendor_id=_required_id(path, 'vendor', 4),
         device_id=_required_id(path, 'device', 4),
         class_code=_required_id(path, 'class', 6),
-        subsystem_vendor_id=_optional_id(path, 'subsystem_vendor', 4),
-        subsystem_device_id=_optional_id(path, 'subsystem_device', 4),
-        driver=_link_name(path, 'driver'),
+        subsystem_vendor_id=optional(_optional_hex4, 'subsystem_vendor'),
+        subsystem_device_id=optional(_optional_hex4, 'subsystem_device'),
+        driver=optional(_link_name, 'driver'),
         numa_node=None if numa_node is None or numa_node < 0 else numa_node,
-        iommu_group=_link_name(path, 'iommu_group'),
-        physfn=physfn,
-        virtfns=_virtfns(path),
-        sriov_totalvfs=_optional_int(path, 'sriov_totalvfs'),
-        sriov_numvfs=_optional_int(path, 'sriov_numvfs'),
-        mdev_types=_mdev_types(path),
+        iommu_group=optional(_link_name, 'iommu_group'),
+        physfn=optional(_linked_function, 'physfn'),
+        virtfns=_virtfns(path, entries),
+        sriov_totalvfs=optional(_optional_int, 'sriov_totalvfs'),
+        sriov_numvfs=optional(_optional_int, 'sriov_numvfs'),
+        mdev_types=(_mdev_types(path) if 'mdev_supported_types' in entries
+                    else ()),
         sysfs_path=path,
         **match.groupdict())
