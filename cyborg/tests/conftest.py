@@ -119,9 +119,15 @@ def empty_db_url(backend, tmp_path) -> Iterator[str]:
 
 
 @pytest.fixture
-def conf() -> Iterator[cfg.ConfigOpts]:
-    """The global CONF, parsed with no files and reset afterwards."""
+def conf(tmp_path_factory) -> Iterator[cfg.ConfigOpts]:
+    """The global CONF, parsed with no files and reset afterwards.
+
+    ``state_path`` is a directory of the test's own, so that what an
+    agent keeps there (its cache) never leaks from one test to another.
+    """
     cfg.CONF([], project='cyborg', default_config_files=[])
+    cfg.CONF.set_override('state_path',
+                          str(tmp_path_factory.mktemp('state')))
     yield cfg.CONF
     cfg.CONF.reset()
 

@@ -59,7 +59,7 @@ def test_conductor_and_agent_processes(tmp_path, rabbit_url, db_engine,
                                        empty_db_url):
     exchange = f'cyborg-test-{uuid.uuid4().hex[:8]}'
     common = {'transport_url': rabbit_url, 'control_exchange': exchange,
-              'heartbeat_interval': 1}
+              'heartbeat_interval': 1, 'state_path': str(tmp_path)}
     conductor_conf = _write_conf(
         tmp_path / 'conductor.conf',
         DEFAULT=dict(common, host='ctl1'),
