@@ -1,0 +1,1 @@
+"""os-acc's device-half drivers (namespace ``cyborg.os_acc.driver``)."""

@@ -1,0 +1,1 @@
+"""os-acc's instance plugins (namespace ``cyborg.os_acc.plugin``)."""

@@ -1,0 +1,1 @@
+"""Tests of cyborg.os_acc."""
