@@ -123,19 +123,6 @@ def test_unknown_driver_stops_the_agent(tmp_path):
     assert 'Traceback' not in proc.stderr
 
 
-def test_aio_reports_fake_devices_once(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, '-m', 'cyborg.cmd.aio', '--state-dir',
-         str(tmp_path / 'state'), '--devices', '3', '--port', '0',
-         '--once'],
-        capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert 'Discovered 3 device(s) on aio-host' in proc.stdout
-    assert proc.stdout.count('deployable aio-host_') == 3
-    assert (tmp_path / 'state' / 'cyborg.sqlite').exists()
-    assert 'API: http://127.0.0.1:' in proc.stdout
-
-
 def _stat(pid):
     """(state, parent pid) of a process, or None once it is gone."""
     try:
