@@ -1,4 +1,4 @@
-"""Benchmarks of the conductor's report handling.
+"""Benchmarks of the conductor's report handling, and the entry to the others.
 
 Measures, for a host with N fake devices, how long the conductor takes to
 apply the first report (every row is new), an unchanged report (no write
@@ -6,9 +6,14 @@ expected) and a report where one device changed, and how many SQL
 statements each one sends. Run it with ``tox -e bench`` or directly:
 
     python tools/bench/run.py --devices 10 100 1000 --db-url sqlite://...
+
+A first argument naming one of ``OTHERS`` runs that module of this
+directory with the arguments that follow, e.g. ``tox -e bench --
+discovery --passes 20``.
 """
 import argparse
 import copy
+import importlib
 import os
 import statistics
 import sys
@@ -25,6 +30,9 @@ from cyborg.accelerator.drivers import fake
 from cyborg.db import api as db_api
 from cyborg.db import migration
 from cyborg.db.api import inventory
+
+# The other benchmarks of this directory, each a module with a main().
+OTHERS = ('api', 'discovery')
 
 
 def _report(conf: cfg.ConfigOpts, count: int, host: str) -> dict:
@@ -105,6 +113,11 @@ def bench(url: str, counts: list[int], repeat: int) -> None:
 
 
 def main() -> int:
+    if sys.argv[1:2] and sys.argv[1] in OTHERS:
+        name = sys.argv.pop(1)
+        # Its own usage and errors then read "run.py <name>".
+        sys.argv[0] = f'{sys.argv[0]} {name}'
+        return importlib.import_module(name).main()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--devices', type=int, nargs='+',
                         default=[10, 100, 1000])
