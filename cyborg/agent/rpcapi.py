@@ -48,20 +48,20 @@ class AgentAPI:
             raise exception.AgentUnavailable(
                 host=host, reason=f'no agent listens for {method}') from exc
         except messaging.MessagingTimeout as exc:
+            waited = cctxt.timeout or self.client.conf.rpc_response_timeout
             raise exception.AgentUnavailable(
                 host=host, reason=f'no answer to {method} within '
-                                  f'{cctxt.timeout}s') from exc
+                                  f'{waited}s') from exc
 
-    def discover(self, context: Context, host: str
-                 ) -> dict[str, int] | None:
-        """Make the agent on ``host`` discover and report now; wait for it.
+    def discover(self, context: Context, host: str,
+                 timeout: float | None = None) -> dict[str, int] | None:
+        """Make the agent on ``host`` discover and report now; wait for it
+        (up to ``timeout`` seconds, by default the RPC timeout).
 
         Returns what the conductor changed, as ``ConductorAPI.report_data``.
+        Raises AgentUnavailable when no agent answers.
         """
-        cctxt = self.client.prepare(
-            server=host, version='1.0',
-            transport_options=messaging.TransportOptions(at_least_once=True))
-        return cctxt.call(context, 'discover')
+        return self._call(context, host, '1.0', 'discover', timeout=timeout)
 
     def program_fpga(self, context: Context, host: str,
                      controlpath_id: dict[str, str], deployable_name: str,

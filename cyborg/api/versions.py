@@ -15,6 +15,7 @@ VERSIONS = (
     (2, 2),  # GET /device_profiles/{name}
     (2, 3),  # status of devices
     (2, 4),  # 400 instead of 500 for bad input; limit/marker pagination
+    (2, 5),  # GET /services, GET /drivers, POST /hosts/{host}/discover
 )
 MIN_VERSION = VERSIONS[0]
 MAX_VERSION = VERSIONS[-1]

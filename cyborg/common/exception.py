@@ -170,6 +170,17 @@ class AgentUnavailable(ServiceUnavailable):
     msg_fmt = 'The cyborg-agent on host %(host)s is unavailable: %(reason)s'
 
 
+class AgentNotFound(NotFound):
+    msg_fmt = ('No cyborg-agent has registered on host %(host)s (agents '
+               'register with their [DEFAULT] host).')
+
+
+class AgentDown(Conflict):
+    msg_fmt = ('The cyborg-agent on host %(host)s is down: its last '
+               'heartbeat was at %(last_seen)s, more than %(down_time)s '
+               'seconds ago ([DEFAULT] service_down_time).')
+
+
 class BitstreamNotFound(NotFound):
     msg_fmt = 'Bitstream %(what)s could not be found in the image service.'
 

@@ -31,7 +31,7 @@ class ConductorManager:
     """Turns agent reports and heartbeats into database rows, publishes
     them to placement and binds accelerator requests."""
 
-    target = messaging.Target(version='1.2')
+    target = messaging.Target(version='1.3')
 
     def __init__(self, conf: cfg.ConfigOpts,
                  placement: placement_sync.PlacementSync | None = None,
@@ -174,3 +174,18 @@ class ConductorManager:
         deployables.set_bitstream(context, target['id'], image_uuid)
         LOG.info('Deployable %s programmed with image %s.', uuid,
                  image_uuid)
+
+    @messaging.expected_exceptions(exception.CyborgException)
+    def host_discover(self, context: cyborg_context.RequestContext,
+                      host: str) -> dict[str, int]:
+        """Make a registered, live agent discover and report now."""
+        agent = services.get_agent(context, host,
+                                   self.conf.service_down_time)
+        if not agent['alive']:
+            raise exception.AgentDown(
+                host=host, last_seen=agent['last_seen_at'].isoformat(),
+                down_time=self.conf.service_down_time)
+        result = self.binder.agent_api.discover(
+            context, host, timeout=float(self.conf.rpc_response_timeout))
+        LOG.debug('Host %s discovered on request: %s', host, result)
+        return result

@@ -23,9 +23,10 @@ class ConductorAPI:
       ``arq_apply_patch``, ``arq_delete``, ``device_set_status``,
       ``attribute_create``, ``attribute_delete``.
     * 1.2 - ``deployable_program``.
+    * 1.3 - ``host_discover``.
     """
 
-    RPC_API_VERSION = '1.2'
+    RPC_API_VERSION = '1.3'
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         self.conf = conf
@@ -36,6 +37,12 @@ class ConductorAPI:
 
     def _call(self, context: Context, version: str, method: str,
               rpc_timeout: float | None = None, **kwargs: Any) -> Any:
+        if not self.client.can_send_version(version):
+            raise exception.ServiceUnavailable(
+                reason=f'{method} needs conductor RPC {version} but '
+                       f'[upgrade_levels] conductor is '
+                       f'{self.client.version_cap}; raise it once every '
+                       'conductor is upgraded.')
         # at_least_once: when no conductor has its queue bound the call
         # fails at once instead of waiting for the RPC timeout.
         cctxt = self.client.prepare(
@@ -117,3 +124,15 @@ class ConductorAPI:
         return self._call(context, '1.2', 'deployable_program',
                           rpc_timeout=timeout, uuid=uuid,
                           image_uuid=image_uuid)
+
+    def host_discover(self, context: Context, host: str) -> dict[str, int]:
+        """Make the agent of ``host`` discover and report now; wait for it.
+
+        Returns what its report changed, as ``report_data``. Raises
+        AgentNotFound, AgentDown, or AgentUnavailable when the agent does
+        not answer within the RPC timeout.
+        """
+        # The conductor waits up to the RPC timeout for the agent.
+        timeout = self.conf.rpc_response_timeout + 30
+        return self._call(context, '1.3', 'host_discover',
+                          rpc_timeout=timeout, host=host)

@@ -7,9 +7,12 @@ P = 'cyborg:deployable:%s'
 
 rules = [
     rule(P % 'get_all', 'rule:project_manager_or_admin',
-         'List deployables.', [('GET', '/v2/deployables')]),
+         'List deployables (and the accelerators of the v1 API).',
+         [('GET', '/v2/deployables'), ('GET', '/v1/accelerators')]),
     rule(P % 'get_one', 'rule:project_manager_or_admin',
-         'Show a deployable.', [('GET', '/v2/deployables/{uuid}')]),
+         'Show a deployable (or a v1 accelerator).',
+         [('GET', '/v2/deployables/{uuid}'),
+          ('GET', '/v1/accelerators/{uuid}')]),
     rule(P % 'program', 'rule:admin_api', 'Program an FPGA deployable.',
          [('PATCH', '/v2/deployables/{uuid}/program')]),
 ]

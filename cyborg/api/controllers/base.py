@@ -17,6 +17,9 @@ from cyborg.conf import CONF
 # The first microversion with 400s where 2.0-2.3 answered 500, and with
 # limit/marker pagination.
 STRICT_VERSION = (2, 4)
+# The first microversion with the operators' resources: /services,
+# /drivers and /hosts/{host}/discover.
+OPERATOR_VERSION = (2, 5)
 
 
 class JsonType(wtypes.UserType):
@@ -111,11 +114,17 @@ def timestamp(value: datetime.datetime | str | None) -> str | None:
 
 
 class Page:
-    """``limit`` and ``marker`` of a list request (microversion 2.4+)."""
+    """``limit`` and ``marker`` of a list request (microversion 2.4+).
 
-    def __init__(self, limit: str | None, marker: str | None) -> None:
+    ``marker`` is the ``key`` of the last item seen: its uuid, or its
+    integer id for items without a uuid.
+    """
+
+    def __init__(self, limit: str | None, marker: str | None,
+                 key: str = 'uuid') -> None:
+        self.key = key
         self.limit: int | None = None
-        self.marker: str | None = None
+        self.marker: str | int | None = None
         if limit is None and marker is None:
             return
         require_version(*STRICT_VERSION, feature='Pagination (limit, marker)')
@@ -129,7 +138,9 @@ class Page:
                     reason=f'limit must be a positive integer, not '
                            f'{limit!r}.')
             self.limit = min(self.limit, CONF.api.max_limit)
-        if marker is not None:
+        if marker is not None and key == 'id':
+            self.marker = int_param(marker, 'marker')
+        elif marker is not None:
             self.marker = check_uuid(marker, 'marker')
 
     @property
@@ -156,6 +167,6 @@ class Page:
         query = {k: v for k, v in pecan.request.GET.items()
                  if k not in ('limit', 'marker')}
         query['limit'] = str(self.size)
-        query['marker'] = items[-1]['uuid']
+        query['marker'] = str(items[-1][self.key])
         return (link.make_link('next', 'v2', collection)['href'] + '?'
                 + urllib.parse.urlencode(query))

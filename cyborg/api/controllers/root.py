@@ -4,12 +4,15 @@ from typing import Any
 import pecan
 from pecan import rest
 
+from cyborg.api.controllers import v1
 from cyborg.api.controllers import v2
+from cyborg.api.controllers.version_doc import legacy_version_document
 from cyborg.api.controllers.version_doc import version_document
 
 
 class RootController(rest.RestController):
 
+    v1 = v1.V1Controller()
     v2 = v2.V2Controller()
 
     @pecan.expose('json')
@@ -19,5 +22,7 @@ class RootController(rest.RestController):
                 'description': 'Cyborg manages the accelerators of an '
                                'OpenStack cloud: discovery, placement and '
                                'attachment to instances.',
-                'versions': [current],
+                # Clients pick the CURRENT major version they support;
+                # v1 is listed for the read-only view it still serves.
+                'versions': [current, legacy_version_document()],
                 'default_version': current}

@@ -7,7 +7,7 @@ from keystonemiddleware import auth_token
 
 from cyborg.api import errors
 
-PUBLIC_ROUTES = frozenset(['/', '/v2', '/v2/'])
+PUBLIC_ROUTES = frozenset(['/', '/v1', '/v1/', '/v2', '/v2/'])
 
 WSGIApp = Callable[..., Iterable[bytes]]
 

@@ -32,8 +32,8 @@ def to_dict(row: Any, attributes: list[dict[str, str]] | None = None
             'created_at': row.created_at, 'updated_at': row.updated_at}
 
 
-def _attributes_of(session: sa.orm.Session, where: list[Any],
-                   rows: list[Any]) -> dict[int, list[dict[str, str]]]:
+def attributes_of(session: sa.orm.Session, where: list[Any],
+                  rows: list[Any]) -> dict[int, list[dict[str, str]]]:
     """The attributes of ``rows``, a page of ``where`` ordered by id.
 
     One query whatever the page size: the page is exactly the deployables
@@ -70,7 +70,7 @@ def get_all(context: cyborg_context.RequestContext, name: str | None = None,
                                 sa.select(Deployable).where(*where),
                                 Deployable, size, marker)
     found = [row[0] for row in rows]
-    attributes = _attributes_of(context.session, where, found)
+    attributes = attributes_of(context.session, where, found)
     return [to_dict(d, attributes[d.id]) for d in found], more
 
 
@@ -80,7 +80,7 @@ def get(context: cyborg_context.RequestContext, uuid: str) -> dict[str, Any]:
         sa.select(Deployable).where(Deployable.uuid == uuid))
     if row is None:
         raise exception.ResourceNotFound(resource='Deployable', id=uuid)
-    attributes = _attributes_of(context.session, [], [row])
+    attributes = attributes_of(context.session, [], [row])
     return to_dict(row, attributes[row.id])
 
 

@@ -7,16 +7,18 @@ from cyborg.common import exception
 
 
 def paginate(session: sa.orm.Session, query: sa.Select, model: Any,
-             size: int | None, marker: str | None
-             ) -> tuple[list[Any], bool]:
+             size: int | None, marker: str | int | None,
+             marker_key: str = 'uuid') -> tuple[list[Any], bool]:
     """Rows of ``query`` ordered by id, after ``marker``, at most ``size``.
 
-    Returns the rows and whether more follow. ``size`` None means all.
+    ``marker`` is the ``marker_key`` column's value of the last row seen
+    (tables without a uuid page by ``id``). Returns the rows and whether
+    more follow. ``size`` None means all.
     """
     query = query.order_by(model.id)
     if marker is not None:
         marker_id = session.scalar(
-            sa.select(model.id).where(model.uuid == marker))
+            sa.select(model.id).where(getattr(model, marker_key) == marker))
         if marker_id is None:
             raise exception.Invalid(
                 reason=f'marker {marker} does not name an item of this list.')

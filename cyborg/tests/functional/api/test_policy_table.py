@@ -37,7 +37,7 @@ def _admin_only(ok):
             'system_admin': 403, 'no_role': 403}
 
 
-# (name, method, path, body, expected status per caller)
+# (name, method, path, body, expected status per caller[, microversion])
 ROWS = [
     ('dp:get_all', 'GET', '/v2/device_profiles', None, OK_READ_PROJECT),
     ('dp:get_one', 'GET', '/v2/device_profiles/{dp}', None,
@@ -75,6 +75,15 @@ ROWS = [
     ('attribute:get_all', 'GET', '/v2/attributes', None, MANAGER_READ),
     ('attribute:create', 'POST', '/v2/attributes', 'attribute',
      _admin_only(201)),
+    ('service:get_all', 'GET', '/v2/services', None, MANAGER_READ, '2.5'),
+    ('driver:get_all', 'GET', '/v2/drivers', None, MANAGER_READ, '2.5'),
+    # No agent of cmp1 registered: past the policy, 404.
+    ('host:discover', 'POST', '/v2/hosts/cmp1/discover', None,
+     _admin_only(404), '2.5'),
+    ('deployable:get_all (v1)', 'GET', '/v1/accelerators', None,
+     MANAGER_READ),
+    ('deployable:get_one (v1)', 'GET', '/v1/accelerators/{deployable}',
+     None, MANAGER_READ),
 ]
 
 CASES = [pytest.param(row, caller, id=f'{row[0]}-{caller}')
@@ -83,7 +92,7 @@ CASES = [pytest.param(row, caller, id=f'{row[0]}-{caller}')
 
 @pytest.mark.parametrize('row, caller', CASES)
 def test_policy(api, row, caller):
-    name, method, path, body, expected = row
+    name, method, path, body, expected, *microversion = row
     device = api.seed('cmp1', hostname='node1')[0]
     deployable = device['deployables'][0]
     dp = api.dp('dp1')
@@ -106,6 +115,9 @@ def test_policy(api, row, caller):
     if body is not None:
         extra = {'body': json.dumps(body).encode(),
                  'content_type': 'application/json'}
-    response = api.app.request(url, method=method, headers=CALLERS[caller],
+    headers = dict(CALLERS[caller])
+    if microversion:
+        headers['OpenStack-API-Version'] = f'accelerator {microversion[0]}'
+    response = api.app.request(url, method=method, headers=headers,
                                expect_errors=True, **extra)
     assert response.status_int == expected[caller], response.body

@@ -22,13 +22,25 @@ def _fault(response):
     return json.loads(response.json['error_message'])
 
 
-def test_root_lists_v2_without_a_token(api):
+def test_root_lists_v2_and_deprecated_v1_without_a_token(api):
     body = api.get('/').json
-    assert body['versions'] == [body['default_version']]
-    v2 = body['default_version']
+    v2, v1 = body['versions']
+    assert v2 == body['default_version']
     assert (v2['id'], v2['status']) == ('v2', 'CURRENT')
-    assert (v2['min_version'], v2['max_version']) == ('2.0', '2.4')
+    assert (v2['min_version'], v2['max_version']) == ('2.0', '2.5')
     assert v2['links'] == [{'rel': 'self', 'href': 'http://localhost/v2/'}]
+    assert v1 == {'id': 'v1', 'status': 'DEPRECATED',
+                  'links': [{'rel': 'self',
+                             'href': 'http://localhost/v1/'}]}
+
+
+@pytest.mark.parametrize('path', ['/v1', '/v1/'])
+def test_v1_document_is_deprecated_and_has_no_microversions(api, path):
+    response = api.get(path)
+    assert response.json == {'id': 'v1', 'status': 'DEPRECATED',
+                             'links': [{'rel': 'self',
+                                        'href': 'http://localhost/v1/'}]}
+    assert 'OpenStack-API-Version' not in response.headers
 
 
 @pytest.mark.parametrize('path', ['/v2', '/v2/'])
@@ -38,13 +50,13 @@ def test_v2_document_and_headers(api, path):
     assert response.json['links'][0]['href'] == 'http://localhost/v2/'
     assert response.headers['OpenStack-API-Version'] == 'accelerator 2.0'
     assert response.headers['OpenStack-API-Minimum-Version'] == '2.0'
-    assert response.headers['OpenStack-API-Maximum-Version'] == '2.4'
+    assert response.headers['OpenStack-API-Maximum-Version'] == '2.5'
     assert 'OpenStack-API-Version' in response.headers['Vary']
 
 
 @pytest.mark.parametrize('header, expected', [
     ('accelerator 2.2', 'accelerator 2.2'),
-    ('accelerator latest', 'accelerator 2.4'),
+    ('accelerator latest', 'accelerator 2.5'),
     ('2.1', 'accelerator 2.1'),
     ('compute 2.90', 'accelerator 2.0'),
     ('compute 2.90, accelerator 2.3', 'accelerator 2.3'),
@@ -55,7 +67,7 @@ def test_microversion_negotiation(api, header, expected):
 
 
 @pytest.mark.parametrize('header, message', [
-    ('accelerator 2.9', 'The supported version range is: [2.0, 2.4]'),
+    ('accelerator 2.9', 'The supported version range is: [2.0, 2.5]'),
     ('accelerator 1.0', 'Version 1.0 was requested'),
     ('accelerator 10', 'Invalid value for OpenStack-API-Version'),
 ])
