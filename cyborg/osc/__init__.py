@@ -1,0 +1,2 @@
+"""``openstack accelerator`` commands for operators: services, drivers,
+host discovery (an OpenStackClient plugin)."""
