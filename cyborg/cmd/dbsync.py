@@ -1,8 +1,10 @@
 """cyborg-dbsync: creates and upgrades cyborg's database schema."""
 import argparse
+import logging
 import sys
 from collections.abc import Callable
 
+import sqlalchemy as sa
 from alembic import util as alembic_util
 from oslo_config import cfg
 from oslo_log import log
@@ -15,15 +17,24 @@ from cyborg.db import migration
 
 PROG = 'cyborg-dbsync'
 
+LOG = logging.getLogger(__name__)
+
+_URL_EXAMPLES = ('mysql+pymysql://USER:PASSWORD@HOST/cyborg, '
+                 'postgresql+psycopg2://USER:PASSWORD@HOST/cyborg or '
+                 'sqlite:////var/lib/cyborg/cyborg.sqlite')
+
 _DESCRIPTION = (
     "Creates and upgrades the schema of cyborg's database: the one named by "
     "[database] connection in the configuration files (by default an SQLite "
     "file under [DEFAULT] state_path). Run 'upgrade' after installing or "
-    "upgrading cyborg, before starting its services.")
+    "upgrading cyborg, before starting its services, e.g. "
+    "'cyborg-dbsync --config-file /etc/cyborg/cyborg.conf upgrade'.")
 
 
 def _do_upgrade() -> None:
     migration.upgrade(_revision_given() or 'head')
+    LOG.info('The database at %s is at revision %s.', _database(),
+             migration.version())
 
 
 def _do_stamp() -> None:
@@ -108,6 +119,46 @@ def _fail(message: object) -> int:
     return 1
 
 
+def _database() -> str:
+    """[database] connection without its password."""
+    return migration._safe_url(CONF.database.connection)
+
+
+def _config_files() -> str:
+    """Where [database] connection is set, for a message."""
+    sources = list(CONF.config_file)
+    if CONF.config_dir:
+        sources.append(CONF.config_dir)
+    if sources:
+        return 'in ' + ', '.join(sources)
+    return ('in a configuration file (none was found: give one with '
+            '--config-file)')
+
+
+def _not_reachable(exc: exception.DBNotReachable) -> str:
+    """What went wrong with [database] connection, and what to do."""
+    url, reason = exc.kwargs['url'], exc.kwargs['reason']
+    cause = exc.__cause__
+    if not CONF.database.connection:
+        return (f'[database] connection is empty. Set it {_config_files()} '
+                f'to the URL of cyborg\'s database, e.g. {_URL_EXAMPLES}.')
+    if isinstance(cause, sa.exc.NoSuchModuleError):
+        return (f'[database] connection "{url}" names a kind of database '
+                f'SQLAlchemy does not know ({reason}). Use a URL such as '
+                f'{_URL_EXAMPLES}.')
+    if isinstance(cause, sa.exc.ArgumentError):
+        return (f'[database] connection "{url}" is not a database URL. Use '
+                f'a URL such as {_URL_EXAMPLES}.')
+    if isinstance(cause, ImportError):
+        return (f'cannot reach the database at {url}: its Python driver is '
+                f'not installed ({reason}). Install it, or name an '
+                f'installed driver in the URL (mysql+pymysql://, '
+                f'postgresql+psycopg2://).')
+    return (f'cannot reach the database at {url}: {reason}. Check that the '
+            f'server runs, that the database exists and that the user may '
+            f'use it, or correct [database] connection {_config_files()}.')
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one sub-command; return the process exit status."""
     CONF.register_cli_opt(_command_opt)
@@ -121,13 +172,22 @@ def main(argv: list[str] | None = None) -> int:
     except cfg.Error as exc:  # a missing or malformed configuration file
         return _fail(exc)
     log.setup(CONF, 'cyborg')
+    if not (CONF.config_file or CONF.config_dir):
+        LOG.warning('No configuration file was found (cyborg.conf in '
+                    '~/.cyborg, ~, /etc/cyborg or /etc); give one with '
+                    '--config-file. Using the default database %s.',
+                    _database())
     try:
         CONF.command.func()
     except exception.DBNotReachable as exc:
-        return _fail(f"cannot reach the database at {exc.kwargs['url']}: "
-                     f"{exc.kwargs['reason']}")
+        return _fail(_not_reachable(exc))
     except alembic_util.CommandError as exc:  # e.g. an unknown revision
         return _fail(exc)
+    except sa.exc.SQLAlchemyError as exc:  # a migration the DB refused
+        LOG.debug('%s failed', CONF.command.name, exc_info=True)
+        reason = getattr(exc, 'orig', None) or exc
+        return _fail(f'{CONF.command.name} failed on the database at '
+                     f'{_database()}: {reason} (--debug shows where)')
     return 0
 
 
