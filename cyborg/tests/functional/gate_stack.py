@@ -1,0 +1,394 @@
+"""A whole cyborg deployment as separate processes, for the end-to-end gate.
+
+``Stack`` writes one configuration file per process and starts each with
+the interpreter that runs the tests: a real openstack-placement under
+waitress (on a port and an SQLite file of its own, so that it can be
+stopped and started again on the same address), cyborg-api, conductors
+and agents, on one MariaDB database and one RabbitMQ virtual host and
+exchange. Each process appends to a log of its own; ``tails`` shows their
+ends. Processes are stopped by PID: SIGTERM, then SIGKILL. The clients
+that run as processes too are started here: Nova's own client and the
+``openstack`` command.
+"""
+import json
+import os
+import pathlib
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+from typing import TypeVar
+
+import requests
+from oslo_log import log
+
+from cyborg.tests import placement_server
+from cyborg.tests.functional.clients import test_nova_client
+
+# Seconds a process gets to stop after SIGTERM before it is killed.
+STOP_TIMEOUT = 15
+# Seconds an API call waits for a conductor; a call taken by a conductor
+# that dies fails after this.
+RPC_TIMEOUT = 8
+# Seconds between two placement passes of a conductor (also the longest
+# backoff after placement failed).
+PLACEMENT_SYNC_INTERVAL = 5
+# Logs each message an RPC server takes, at DEBUG.
+RPC_SERVER_LOGGER = 'oslo_messaging.rpc.server'
+# An administrator of placement under noauth2.
+PLACEMENT_TOKEN = 'admin'
+
+T = TypeVar('T')
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def write_conf(path: pathlib.Path,
+               sections: dict[str, dict[str, Any]]) -> pathlib.Path:
+    """An oslo.config file; list values become repeated lines (MultiStr)."""
+    lines = []
+    for section, values in sections.items():
+        lines.append(f'[{section}]')
+        for key, value in values.items():
+            for item in value if isinstance(value, list) else [value]:
+                lines.append(f'{key} = {item}')
+    path.write_text('\n'.join(lines) + '\n')
+    return path
+
+
+def wait_for(check: Callable[[], T], what: str, timeout: float = 30,
+             interval: float = 0.2) -> T:
+    """The first true value of ``check()``; AssertionError after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f'timed out after {timeout:.0f}s waiting '
+                                 f'for {what}')
+        time.sleep(interval)
+
+
+class Process:
+    """One service process: how to start it, its PID and its log.
+
+    Every start appends a marker line to the log, so that ``log()`` is
+    what the current run wrote.
+    """
+
+    def __init__(self, name: str, kind: str, argv: list[str],
+                 log_path: pathlib.Path, cwd: pathlib.Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self.name = name
+        # placement, api, conductor or agent
+        self.kind = kind
+        self.argv = argv
+        self.log_path = log_path
+        self.cwd = cwd
+        self.env = dict(os.environ, PYTHONUNBUFFERED='1', **(env or {}))
+        self.popen: subprocess.Popen[bytes] | None = None
+        self._offset = 0
+
+    def start(self) -> None:
+        with open(self.log_path, 'ab') as log:
+            self._offset = log.tell()
+            log.write(f'==== {self.name}: {" ".join(self.argv[-3:])} '
+                      f'====\n'.encode())
+            log.flush()
+            self.popen = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, cwd=self.cwd, env=self.env)
+
+    @property
+    def pid(self) -> int:
+        assert self.popen is not None, f'{self.name} never started'
+        return self.popen.pid
+
+    @property
+    def running(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would end it."""
+        os.kill(self.pid, signal.SIGKILL)
+        assert self.popen is not None
+        self.popen.wait(STOP_TIMEOUT)
+
+    def terminate(self) -> None:
+        """SIGTERM, if it runs."""
+        if self.running:
+            os.kill(self.pid, signal.SIGTERM)
+
+    def wait(self) -> int | str | None:
+        """Its exit code once it has exited; SIGKILL after STOP_TIMEOUT
+        ('killed'); None if it never ran."""
+        if self.popen is None:
+            return None
+        try:
+            return self.popen.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.kill(self.pid, signal.SIGKILL)
+            self.popen.wait()
+            return 'killed'
+
+    def stop(self) -> int | str | None:
+        """SIGTERM, then SIGKILL after STOP_TIMEOUT; see ``wait``."""
+        self.terminate()
+        return self.wait()
+
+    def rpc_calls(self, method: str) -> tuple[int, int]:
+        """How many RPC messages calling ``method`` the current run took,
+        and how many of them it answered (from a conductor's log)."""
+        text = self.log()
+
+        def count(event: str) -> int:
+            return len(re.findall(
+                rf'{event} message with id \S+ and method: {method}\.',
+                text))
+
+        return count('Receive incoming'), count('Replied success')
+
+    def log(self) -> str:
+        """What the current (or last) run wrote."""
+        with open(self.log_path, 'rb') as log:
+            log.seek(self._offset)
+            return log.read().decode(errors='replace')
+
+    def tail(self, lines: int = 30) -> str:
+        """The end of the log, without a line per RPC message taken."""
+        try:
+            text = self.log_path.read_text(errors='replace')
+        except OSError:
+            return '(no log)'
+        kept = [line for line in text.splitlines()
+                if RPC_SERVER_LOGGER not in line]
+        return '\n'.join(kept[-lines:])
+
+
+class Stack:
+    """Placement, cyborg-api, conductors and agents, each a process.
+
+    ``nova_endpoint``/``nova_token`` are where the conductors send their
+    events (a FakeNova). Add processes with the ``add_*`` methods, start
+    them by name with ``start`` and stop them with ``stop`` (side by
+    side) or ``stop_all``.
+    """
+
+    def __init__(self, workdir: pathlib.Path, rabbit_url: str,
+                 database_url: str, nova_endpoint: str,
+                 nova_token: str) -> None:
+        self.workdir = workdir
+        self.rabbit_url = rabbit_url
+        self.database_url = database_url
+        self.nova_endpoint = nova_endpoint
+        self.nova_token = nova_token
+        self.exchange = f'cyborg-gate-{uuid.uuid4().hex[:8]}'
+        self.processes: dict[str, Process] = {}
+        self.placement_url = f'http://127.0.0.1:{free_port()}'
+        self.api_port = free_port()
+        self.api_url = f'http://127.0.0.1:{self.api_port}/v2'
+
+    def _dir(self, name: str) -> pathlib.Path:
+        path = self.workdir / name
+        path.mkdir(exist_ok=True)
+        return path
+
+    def _add(self, name: str, kind: str, argv: list[str],
+             **kwargs: Any) -> Process:
+        process = Process(name, kind, argv, self.workdir / f'{name}.log',
+                          **kwargs)
+        self.processes[name] = process
+        return process
+
+    def _service(self, name: str, kind: str,
+                 sections: dict[str, dict[str, Any]]) -> Process:
+        conf = write_conf(self.workdir / f'{name}.conf', sections)
+        return self._add(name, kind, [sys.executable, '-m',
+                                      f'cyborg.cmd.{kind}',
+                                      '--config-file', str(conf)])
+
+    def _default(self, name: str, **values: Any) -> dict[str, Any]:
+        return {'transport_url': self.rabbit_url,
+                'control_exchange': self.exchange,
+                'state_path': str(self._dir(f'{name}-state')),
+                'heartbeat_interval': 1, **values}
+
+    # -- the processes -----------------------------------------------------
+
+    def add_placement(self) -> Process:
+        """openstack-placement on a fixed port and SQLite file, noauth2."""
+        workdir = self._dir('placement')
+        write_conf(workdir / 'placement.conf', {
+            'api': {'auth_strategy': 'noauth2'},
+            'placement_database': {
+                'connection': f'sqlite:///{workdir}/placement.sqlite',
+                'sync_on_startup': 'true'}})
+        port = self.placement_url.rsplit(':', 1)[1]
+        # Started from its directory, so that nothing on the caller's path
+        # shadows the placement package.
+        return self._add('placement', 'placement',
+                         [sys.executable, '-c', placement_server._SERVE,
+                          port],
+                         cwd=workdir,
+                         env={'OS_PLACEMENT_CONFIG_DIR': str(workdir)})
+
+    def placement_up(self) -> bool:
+        try:
+            return requests.get(self.placement_url + '/',
+                                timeout=2).status_code == 200
+        except requests.RequestException:
+            # Not listening yet, or bound but not serving yet.
+            return False
+
+    def add_api(self, threads: int = 8) -> Process:
+        """cyborg-api without Keystone: the token ``admin`` is an
+        administrator. No Keystone validates service tokens here, so
+        binds do not require one."""
+        return self._service('api', 'api', {
+            'DEFAULT': self._default('api',
+                                     rpc_response_timeout=RPC_TIMEOUT),
+            'database': {'connection': self.database_url},
+            'api': {'host_ip': '127.0.0.1', 'port': self.api_port,
+                    'auth_strategy': 'noauth',
+                    'require_service_token': 'false',
+                    'threads': threads}})
+
+    def api_up(self) -> bool:
+        try:
+            return requests.get(self.api_url, timeout=2).status_code == 200
+        except requests.RequestException:
+            # Not listening yet, or bound but not serving yet.
+            return False
+
+    def add_conductor(self, host: str) -> Process:
+        """A conductor publishing to placement and telling Nova, both with
+        fixed tokens (keystoneauth's admin_token plugin). It logs each RPC
+        message it takes and answers (see ``rpc_calls``)."""
+        levels = ','.join(log.get_default_log_levels()
+                          + [f'{RPC_SERVER_LOGGER}=DEBUG'])
+        return self._service(host, 'conductor', {
+            'DEFAULT': self._default(host, host=host,
+                                     default_log_levels=levels),
+            'database': {'connection': self.database_url},
+            'placement': {'auth_type': 'admin_token',
+                          'endpoint': self.placement_url,
+                          'endpoint_override': self.placement_url,
+                          'token': PLACEMENT_TOKEN,
+                          'sync_interval': PLACEMENT_SYNC_INTERVAL},
+            'nova': {'auth_type': 'admin_token',
+                     'endpoint': self.nova_endpoint,
+                     'endpoint_override': self.nova_endpoint,
+                     'token': self.nova_token}})
+
+    def add_agent(self, host: str, hostname: str, devices: int,
+                  accelerators: int,
+                  pci_specs: tuple[dict[str, Any], ...] = (),
+                  sysfs_root: str | None = None) -> Process:
+        """An agent of host ``host`` (compute node ``hostname``) with the
+        fake driver, and generic_pci over ``sysfs_root`` when
+        ``pci_specs`` select functions. It logs at DEBUG, which says
+        whether each discovery pass was reported."""
+        agent: dict[str, Any] = {'hostname': hostname,
+                                 'periodic_interval': 2, 'hotplug': 'false',
+                                 'enabled_drivers': 'fake_driver'}
+        sections: dict[str, dict[str, Any]] = {
+            'DEFAULT': self._default(host, host=host, debug='true'),
+            'agent': agent,
+            'fake_driver': {'device_count': devices,
+                            'accelerators_per_device': accelerators}}
+        if pci_specs:
+            agent['enabled_drivers'] = 'fake_driver,generic_pci'
+            agent['sysfs_root'] = sysfs_root
+            sections['generic_pci'] = {
+                'device_specs': [json.dumps(s) for s in pci_specs]}
+        return self._service(host, 'agent', sections)
+
+    def state_path(self, name: str) -> pathlib.Path:
+        return self._dir(f'{name}-state')
+
+    # -- all of them -------------------------------------------------------
+
+    def start(self, *names: str) -> None:
+        for name in names:
+            self.processes[name].start()
+
+    def ready(self, *names: str, timeout: float = 60) -> None:
+        """Wait until each service listens on its RPC topic; fail at once
+        when one of them exits."""
+        processes = [self.processes[n] for n in names]
+
+        def check() -> bool:
+            dead = [p.name for p in processes if not p.running]
+            assert not dead, f'{dead} exited'
+            return all('listening on topic' in p.log() for p in processes)
+
+        wait_for(check, f'{", ".join(names)} to listen', timeout)
+
+    def stop(self, *names: str) -> dict[str, int | str | None]:
+        """Stop the processes ``names`` side by side; their exit codes."""
+        for name in names:
+            self.processes[name].terminate()
+        return {name: self.processes[name].wait() for name in names}
+
+    def stop_all(self) -> dict[str, int | str | None]:
+        """Stop every process, side by side; their exit codes."""
+        return self.stop(*self.processes)
+
+    # -- the clients --------------------------------------------------------
+
+    def nova_client(self) -> test_nova_client.NovaSide:
+        """Nova's own client in a child process (see test_nova_client),
+        sending a service token as Nova does."""
+        config = write_conf(self.workdir / 'nova.conf', {
+            'cyborg': {'endpoint_override': self.api_url, 'timeout': 30},
+            'service_user': {'send_service_user_token': 'true',
+                             'auth_type': 'admin_token',
+                             'endpoint': self.api_url,
+                             'token': 'nova-service-token'}})
+        stderr_path = self.workdir / 'nova-client.log'
+        with open(stderr_path, 'w') as stderr:
+            process = subprocess.Popen(
+                [sys.executable, '-m', test_nova_client.__name__,
+                 str(config)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=stderr, text=True,
+                env=dict(os.environ, PYTHONWARNINGS='ignore'))
+        return test_nova_client.NovaSide(process, str(stderr_path))
+
+    def openstack_lists(self, *nouns: str) -> dict[str, list[Any]]:
+        """``openstack accelerator <noun> list -f json`` for each noun,
+        side by side, with an admin token and no Keystone."""
+        openstack = os.path.join(os.path.dirname(sys.executable),
+                                 'openstack')
+        assert os.path.exists(openstack), 'python-openstackclient is missing'
+        base = [openstack, '--os-auth-type', 'admin_token', '--os-endpoint',
+                self.api_url, '--os-token', 'admin', 'accelerator']
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith('OS_')}
+        running = {noun: subprocess.Popen(
+            base + noun.split() + ['list', '-f', 'json'], env=env,
+            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            for noun in nouns}
+        listed = {}
+        for noun, process in running.items():
+            out, err = process.communicate(timeout=120)
+            assert process.returncode == 0, f'accelerator {noun} list: {err}'
+            listed[noun] = json.loads(out)
+        return listed
+
+    def tails(self, lines: int = 30) -> str:
+        return ''.join(f'\n--- {name}: {p.log_path} (pid '
+                       f'{p.popen.pid if p.popen else "-"}, last {lines} '
+                       f'lines) ---\n{p.tail(lines)}\n'
+                       for name, p in self.processes.items())
