@@ -2,6 +2,7 @@
 from typing import Any
 
 import oslo_messaging as messaging
+from oslo_messaging import opts as messaging_opts
 from oslo_config import cfg
 from oslo_serialization import jsonutils
 
@@ -24,6 +25,12 @@ def init(conf: cfg.ConfigOpts, url: str | None = None) -> None:
     if _TRANSPORT is None:
         _TRANSPORT = messaging.get_rpc_transport(
             conf, url=url, allowed_remote_exmods=ALLOWED_EXMODS)
+        # oslo.messaging registers some [DEFAULT] options (the RPC timeout
+        # among them) only when the first client is made; cyborg reads
+        # them before that.
+        for group, opts in messaging_opts.list_opts():
+            if group is None:
+                conf.register_opts(opts)
 
 
 def cleanup() -> None:

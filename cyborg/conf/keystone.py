@@ -31,7 +31,12 @@ def register_client_opts(conf: cfg.ConfigOpts, group: cfg.OptGroup,
                          interfaces: tuple[str, ...] = ('internal', 'public')
                          ) -> None:
     """Register auth, session and adapter options under ``group``."""
-    conf.register_group(group)
+    # A group object of this ConfigOpts' own: keystoneauth registers the
+    # options of the configured auth plugin when it loads it, and an
+    # OptGroup keeps its options, so a shared one would carry them (a
+    # required auth_url, say) into every other ConfigOpts using it.
+    conf.register_group(cfg.OptGroup(group.name, title=group.title,
+                                     help=group.help))
     ks_loading.register_auth_conf_options(conf, group.name)
     conf.register_opts(_session_and_adapter_opts(service_type, interfaces),
                        group=group)
