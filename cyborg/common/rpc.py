@@ -2,8 +2,8 @@
 from typing import Any
 
 import oslo_messaging as messaging
-from oslo_messaging import opts as messaging_opts
 from oslo_config import cfg
+from oslo_messaging import opts as messaging_opts
 from oslo_serialization import jsonutils
 
 from cyborg import context as cyborg_context
