@@ -49,17 +49,22 @@ def get(context: cyborg_context.RequestContext, uuid: str | None = None,
 def create(context: cyborg_context.RequestContext,
            values: dict[str, Any]) -> dict[str, Any]:
     """Insert a validated profile; Conflict on a duplicate name or uuid."""
-    row = DP(uuid=values.get('uuid') or str(uuid_lib.uuid4()),
-             name=values['name'], description=values.get('description'),
+    dp_uuid = values.get('uuid') or str(uuid_lib.uuid4())
+    row = DP(uuid=dp_uuid, name=values['name'],
+             description=values.get('description'),
              groups=json.dumps(values['groups']))
     try:
         with context.session.begin_nested():
             context.session.add(row)
-    except db_exc.DBDuplicateEntry as exc:
-        if 'uuid' in (exc.columns or []):
-            raise exception.DuplicateDeviceProfileUUID(uuid=row.uuid) \
+    except db_exc.DBDuplicateEntry:
+        # The databases name the failed constraint differently (a column,
+        # the constraint's name, or a part of it): look which one it was.
+        if values.get('uuid') and context.session.scalar(
+                sa.select(DP.id).where(DP.uuid == dp_uuid)) is not None:
+            raise exception.DuplicateDeviceProfileUUID(uuid=dp_uuid) \
                 from None
-        raise exception.DuplicateDeviceProfileName(name=row.name) from None
+        raise exception.DuplicateDeviceProfileName(name=values['name']) \
+            from None
     return to_dict(row)
 
 

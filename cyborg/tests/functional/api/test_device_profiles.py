@@ -126,6 +126,19 @@ def test_duplicate_name_409_and_uuid_legacy_500(api):
     assert _count(api) == 1
 
 
+def test_duplicate_uuid_is_told_from_duplicate_name_on_every_db(api_all_dbs):
+    # MariaDB names the unique constraint, not the column, in its error.
+    api = api_all_dbs
+    dp = api.dp('dup-uuid')
+    again = [{'name': 'other', 'uuid': dp['uuid'], 'groups': GROUPS}]
+    api.app.post_json('/v2/device_profiles', again, headers=ADMIN,
+                      status=500)
+    response = api.app.post_json('/v2/device_profiles', again,
+                                 headers=version('2.4'), status=409)
+    assert dp['uuid'] in response.text
+    assert _count(api) == 1
+
+
 @pytest.mark.parametrize('body, message', [
     ({'name': 'x', 'groups': GROUPS}, 'JSON list'),
     ([], 'JSON list'),
