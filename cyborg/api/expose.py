@@ -32,6 +32,10 @@ def format_exception(excinfo: Any, debug: bool = False) -> dict[str, Any]:
     """WSME's fault document; the message hidden for unexpected errors."""
     fault = _format_exception(excinfo, debug)
     error = excinfo[1]
+    if isinstance(error, exception.CyborgException):
+        # Not str(error): an error a conductor raised comes back from
+        # oslo.messaging with the conductor's traceback in str().
+        fault['faultstring'] = error.message
     if not isinstance(error, exception.CyborgException) and (
             fault.get('faultcode') == 'Server'):
         fault['faultstring'] = (

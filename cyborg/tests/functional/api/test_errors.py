@@ -1,6 +1,11 @@
 """Errors that are not the client's: outages and bugs."""
 import json
+import sys
 
+from oslo_messaging._drivers import common as rpc_common
+
+from cyborg.common import exception
+from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.db.api import device_profiles
 from cyborg.tests.functional.api.fixtures import ADMIN
 
@@ -31,3 +36,27 @@ def test_no_conductor_is_503(api):
         [{'name': 'x', 'groups': [{'resources:FPGA': '1'}]}],
         headers=ADMIN, status=503)
     assert 'no cyborg-conductor answered' in _fault(response)['faultstring']
+
+
+def test_conductor_errors_keep_their_message_only(api, monkeypatch):
+    # Over a real transport, an error a conductor raised is rebuilt with
+    # the conductor's traceback in its str(); the client gets the message.
+    try:
+        raise exception.DuplicateDeviceProfileName(name='dup')
+    except exception.DuplicateDeviceProfileName:
+        sent = rpc_common.serialize_remote_exception(sys.exc_info())
+    remote = rpc_common.deserialize_remote_exception(
+        sent, ['cyborg.common.exception'])
+    assert 'Traceback' in str(remote)
+
+    def create(*args, **kwargs):
+        raise remote
+
+    monkeypatch.setattr(conductor_rpcapi.ConductorAPI,
+                        'device_profile_create', create)
+    response = api.app.post_json(
+        '/v2/device_profiles',
+        [{'name': 'dup', 'groups': [{'resources:FPGA': '1'}]}],
+        headers=ADMIN, status=409)
+    assert _fault(response)['faultstring'] == (
+        'A device profile named dup already exists.')
