@@ -3,11 +3,11 @@ import dataclasses
 import json
 import logging
 import re
-from typing import Any
 
 from oslo_config import cfg
 
 from cyborg.accelerator import pci
+from cyborg.accelerator.drivers import pci_report
 from cyborg.accelerator.drivers.base import AcceleratorDriver
 from cyborg.accelerator.drivers.base import trait_part
 from cyborg.common import exception
@@ -187,16 +187,7 @@ class GenericPciDriver(AcceleratorDriver):
         attributes = {'rc': spec.resource_class}
         attributes.update(
             (f'trait{n}', trait) for n, trait in enumerate(traits))
-        board: dict[str, Any] = {'product_id': function.device_id,
-                                 'class_code': function.class_code}
-        if function.subsystem_vendor_id is not None:
-            board['subsystem_vendor_id'] = function.subsystem_vendor_id
-        if function.subsystem_device_id is not None:
-            board['subsystem_device_id'] = function.subsystem_device_id
-        if function.physfn is not None:
-            board['physical_function'] = function.physfn
-        if function.numa_node is not None:
-            board['numa_node'] = function.numa_node
+        board = pci_report.board_info(function)
         deployable = DriverDeployable(
             name=function.deployable_name(self.hostname),
             num_accelerators=1,

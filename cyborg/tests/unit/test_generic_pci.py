@@ -63,7 +63,8 @@ def test_matching_by_vendor_reports_whole_functions(conf, tree):
                                   'device': '03', 'function': '0'}
     assert net.std_board_info == {
         'product_id': '0x1041', 'class_code': '0x020000',
-        'subsystem_vendor_id': '0x1af4', 'subsystem_device_id': '0x1100'}
+        'subsystem_vendor_id': '0x1af4', 'subsystem_device_id': '0x1100',
+        'kernel_driver': 'virtio-pci'}
     [deployable] = net.deployables
     assert deployable.name == 'cmp1_0000:00:03.0'
     assert deployable.num_accelerators == 1
