@@ -18,7 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +27,7 @@ import requests
 from oslo_log import log
 
 from cyborg.tests import placement_server
+from cyborg.tests import utils
 from cyborg.tests.functional.clients import test_nova_client
 
 # Seconds a process gets to stop after SIGTERM before it is killed.
@@ -67,17 +67,9 @@ def write_conf(path: pathlib.Path,
 
 def wait_for(check: Callable[[], T], what: str, timeout: float = 30,
              interval: float = 0.2) -> T:
-    """The first true value of ``check()``; AssertionError after
-    ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f'timed out after {timeout:.0f}s waiting '
-                                 f'for {what}')
-        time.sleep(interval)
+    """utils.wait_for, polling less often: the gate's checks are HTTP
+    calls and SQL queries."""
+    return utils.wait_for(check, what, timeout, interval)
 
 
 class Process:

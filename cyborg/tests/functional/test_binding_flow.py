@@ -5,9 +5,7 @@ broker; Nova's events endpoint and Glance are fakes on 127.0.0.1, and
 placement is the real service.
 """
 import datetime
-import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -28,17 +26,7 @@ from cyborg.db.api import inventory
 from cyborg.db.api import providers
 from cyborg.tests import placement_server
 from cyborg.tests.fakes import fixtures
-
-
-def wait_for(check: Callable[[], Any], timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f'timed out waiting for {check}')
-        time.sleep(0.05)
+from cyborg.tests.utils import wait_for
 
 
 class Stack:
