@@ -2,9 +2,12 @@
 
 One server per test process (pytest-xdist worker), on SQLite with
 ``noauth2``: the token ``admin`` is an admin. Tests keep out of each
-other's way by naming their compute nodes uniquely.
+other's way by naming their compute nodes uniquely. ``serve`` starts one
+outside pytest too (``tools/bench/placement.py``).
 """
+import contextlib
 import os
+import pathlib
 import socket
 import subprocess
 import sys
@@ -79,19 +82,26 @@ class Placement:
                             )['traits'])
 
 
-@pytest.fixture(scope='session')
-def placement_url(tmp_path_factory) -> Iterator[str]:
-    """The URL of a real placement service, started once per process."""
-    workdir = tmp_path_factory.mktemp('placement')
+@contextlib.contextmanager
+def serve(workdir: pathlib.Path,
+          database_url: str | None = None) -> Iterator[str]:
+    """Run placement, with its configuration and log in ``workdir``, until
+    the block ends; yields its URL. Its database is an SQLite file there
+    unless ``database_url`` names an empty one (SQLite serialises writes:
+    concurrent writers meet "database is locked")."""
+    database_url = database_url or f'sqlite:///{workdir}/placement.sqlite'
     (workdir / 'placement.conf').write_text(
         '[api]\nauth_strategy = noauth2\n'
         '[placement_database]\n'
-        f'connection = sqlite:///{workdir}/placement.sqlite\n'
+        f'connection = {database_url}\n'
         'sync_on_startup = true\n')
     port = _free_port()
     log = open(workdir / 'placement.log', 'wb')
+    # Started from workdir, so that no directory on the caller's path
+    # shadows the placement package.
     process = subprocess.Popen(
         [sys.executable, '-c', _SERVE, str(port)], stdout=log, stderr=log,
+        cwd=workdir,
         env=dict(os.environ, OS_PLACEMENT_CONFIG_DIR=str(workdir)))
     url = f'http://127.0.0.1:{port}'
     deadline = time.monotonic() + 60
@@ -104,14 +114,22 @@ def placement_url(tmp_path_factory) -> Iterator[str]:
                 pass
             if process.poll() is not None or time.monotonic() > deadline:
                 log.flush()
-                pytest.fail('placement did not start: '
-                            + (workdir / 'placement.log').read_text()[-2000:])
+                raise RuntimeError(
+                    'placement did not start: '
+                    + (workdir / 'placement.log').read_text()[-2000:])
             time.sleep(0.2)
         yield url
     finally:
         process.terminate()
         process.wait(30)
         log.close()
+
+
+@pytest.fixture(scope='session')
+def placement_url(tmp_path_factory) -> Iterator[str]:
+    """The URL of a real placement service, started once per process."""
+    with serve(tmp_path_factory.mktemp('placement')) as url:
+        yield url
 
 
 @pytest.fixture

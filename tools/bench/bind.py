@@ -1,0 +1,372 @@
+"""Benchmark of binding accelerator requests.
+
+Starts ``cyborg-conductor`` processes on a real database and message
+broker (MariaDB and RabbitMQ by default) with [nova] pointing at a fake
+Nova that answers the bound events, seeds fake devices whose attach
+handles are TEST_PCI (a bind ends in the PATCH's own transaction) and one
+Initial accelerator request per bind, then has C concurrent clients bind
+them through ``ConductorAPI.arq_apply_patch``, one request per PATCH or
+``--batch`` of them. Prints binds/s and the latency percentiles of one
+PATCH; ``--http`` also starts ``cyborg-api`` and binds through
+``PATCH /v2/accelerator_requests``:
+
+    python tools/bench/bind.py -n 2000 -c 50 --conductors 2 --devices 10
+"""
+import argparse
+import collections
+import concurrent.futures
+import glob
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+import api
+import sqlalchemy as sa
+from oslo_config import cfg
+from oslo_db.sqlalchemy import engines
+
+import cyborg.cmd  # noqa: F401  (native threads first)
+from cyborg import conf as cyborg_conf
+from cyborg import context as cyborg_context
+from cyborg.accelerator.drivers import fake
+from cyborg.common import rpc
+from cyborg.conductor import rpcapi
+from cyborg.db import api as db_api
+from cyborg.db import migration
+from cyborg.db import models
+from cyborg.db.api import arqs
+from cyborg.db.api import device_profiles
+from cyborg.db.api import inventory
+from cyborg.tests import utils
+
+HOSTNAME = api.HOSTNAME
+PROFILE = 'bench'
+
+# A fake Nova in a process of its own, out of the clients' way: it prints
+# its endpoint, then the number of events it took for each line it reads.
+_NOVA = '''
+import sys
+from cyborg.tests.fakes import nova
+fake = nova.FakeNova()
+fake.start()
+print(fake.token, fake.endpoint, flush=True)
+for _ in sys.stdin:
+    print(len(fake.events()), len(fake.errors), flush=True)
+fake.stop()
+'''
+
+
+def _seed(conf: cfg.ConfigOpts, devices: int, handles: int,
+          requests: int) -> tuple[list[str], list[str]]:
+    """``devices`` fake devices of ``handles`` TEST_PCI handles each, and
+    ``requests`` Initial ARQs; their rp_uuids and the ARQs' uuids."""
+    conf.set_override('host', 'bench-host')
+    conf.set_override('hostname', HOSTNAME, 'agent')
+    conf.set_override('device_count', devices, 'fake_driver')
+    found = fake.FakeDriver(conf).discover()
+    for device in found:
+        # More handles than the fake driver's PCI functions.
+        dep = device.deployables[0]
+        template = dep.attach_handles[0]
+        dep.attach_handles = [
+            type(template)(attach_type='TEST_PCI',
+                           attach_info={'index': str(i)})
+            for i in range(handles)]
+        dep.num_accelerators = handles
+    ctx = cyborg_context.get_admin_context()
+    inventory.apply_report(ctx, 'bench-host', {
+        'hostname': HOSTNAME, 'devices': [d.to_dict() for d in found]})
+    rp_uuids = [d['deployables'][0]['rp_uuid']
+                for d in inventory.get_host_devices(ctx, 'bench-host')]
+    device_profiles.create(ctx, {'name': PROFILE,
+                                 'groups': [{'resources:FPGA': '1'}]})
+    uuids = [arqs.create(ctx, PROFILE, None)[0]['uuid']
+             for _ in range(requests)]
+    return rp_uuids, uuids
+
+
+def _states(engine: sa.engine.Engine) -> dict[str, int]:
+    arq = models.AcceleratorRequest
+    with engine.connect() as conn:
+        return dict(conn.execute(sa.select(arq.state, sa.func.count())
+                                 .group_by(arq.state)).all())
+
+
+# Shared servers, found by process name.
+_SERVERS = {'mariadbd': 'MariaDB', 'mysqld': 'MySQL', 'beam.smp': 'RabbitMQ',
+            'postgres': 'PostgreSQL'}
+
+
+def _cpu(sessions: dict[int, str]) -> collections.Counter:
+    """CPU seconds used so far: by this process ('clients'), by the
+    processes of each session in ``sessions`` (a label each) and by the
+    database and broker servers. Empty where there is no /proc."""
+    used: collections.Counter = collections.Counter()
+    tick = os.sysconf('SC_CLK_TCK')
+    for stat in glob.glob('/proc/[0-9]*/stat'):
+        try:
+            with open(stat) as f:
+                text = f.read()
+        except OSError:
+            continue
+        pid = int(text.split(' ', 1)[0])
+        comm = text[text.index('(') + 1:text.rindex(')')]
+        fields = text[text.rindex(')') + 2:].split()
+        label = ('clients' if pid == os.getpid()
+                 else sessions.get(int(fields[3])) or _SERVERS.get(comm))
+        if label:
+            used[label] += (int(fields[11]) + int(fields[12])) / tick
+    return used
+
+
+def _phase(name: str, func: Callable[[list[str]], None],
+           batches: list[list[str]], clients: int,
+           report: bool = True, sessions: dict[int, str] | None = None
+           ) -> None:
+    def timed(batch: list[str]) -> float:
+        start = time.perf_counter()
+        func(batch)
+        return time.perf_counter() - start
+
+    cpu = _cpu(sessions or {})
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        latencies = sorted(pool.map(timed, batches))
+    elapsed = time.perf_counter() - start
+    cpu = _cpu(sessions or {}) - cpu
+    if not report:
+        return
+    binds = sum(len(b) for b in batches)
+    q = statistics.quantiles(latencies, n=100)
+    print(f'  {name:<6} {binds / elapsed:>8.0f} binds/s   '
+          f'p50 {q[49] * 1000:6.1f} ms  p95 {q[94] * 1000:6.1f} ms  '
+          f'p99 {q[98] * 1000:6.1f} ms  (per PATCH)')
+    if cpu:
+        print('         CPU ms per bind: ' + ', '.join(
+            f'{label} {seconds * 1000 / binds:.1f}'
+            for label, seconds in cpu.most_common())
+            + f' (all {sum(cpu.values()) * 1000 / binds:.1f})')
+
+
+class _Nova:
+    """The fake Nova's process."""
+
+    def __init__(self, log: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, '-c', _NOVA], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=open(log, 'w'), text=True,
+            start_new_session=True)
+        self.token, self.endpoint = self.proc.stdout.readline().split()
+
+    def events(self) -> int:
+        self.proc.stdin.write('\n')
+        self.proc.stdin.flush()
+        taken, errors = map(int, self.proc.stdout.readline().split())
+        if errors:
+            raise SystemExit(f'the fake Nova failed {errors} time(s)')
+        return taken
+
+    def wait_events(self, count: int, timeout: float = 30) -> int:
+        """The events taken, once there are ``count`` or time is up."""
+        deadline = time.monotonic() + timeout
+        while (taken := self.events()) < count \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return taken
+
+    def stop(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+def run(n: int, clients: int, batch: int, conductors: int, devices: int,
+        warmup: int, http: bool, workers: int, db_server: str,
+        transport: str, options: list[tuple[str, str, str]]) -> None:
+    paths = ('rpc', 'http') if http else ('rpc',)
+    per_path = n + warmup
+    total = per_path * len(paths)
+    conf = cyborg_conf.CONF
+    db_name, url = api._database(db_server)
+    tmp = tempfile.mkdtemp(prefix='cyborg-bench-')
+    print(f'logs in {tmp}')
+    procs: list[subprocess.Popen] = []
+    nova = _Nova(os.path.join(tmp, 'nova.log'))
+    engine = engines.create_engine(url)
+    try:
+        migration.upgrade('head', url=url)
+        undo = db_api.patch_engine(engine)
+        try:
+            rp_uuids, uuids = _seed(conf, devices,
+                                    math.ceil(total / devices), total)
+        finally:
+            undo()
+        exchange = f'bench-{uuid.uuid4().hex[:8]}'
+        port = api._free_port()
+        conf_file = os.path.join(tmp, 'cyborg.conf')
+        sections = {
+            'DEFAULT': {'transport_url': transport,
+                        'control_exchange': exchange},
+            'database': {'connection': url},
+            'api': {'auth_strategy': 'noauth', 'port': port,
+                    'workers': workers,
+                    'threads': math.ceil(clients / workers)},
+            'nova': {'auth_type': 'admin_token', 'token': nova.token,
+                     'endpoint': nova.endpoint,
+                     'endpoint_override': nova.endpoint}}
+        for group, name, value in options:
+            sections.setdefault(group, {})[name] = value
+        with open(conf_file, 'w') as f:
+            for group, values in sections.items():
+                f.write(f'[{group}]\n' + ''.join(
+                    f'{name} = {value}\n' for name, value in values.items()))
+        procs = [api._start('cyborg.cmd.conductor', conf_file,
+                            os.path.join(tmp, f'conductor-{i}.log'))
+                 for i in range(conductors)]
+        sessions = {nova.proc.pid: 'Nova'}
+        sessions.update((proc.pid, 'conductors') for proc in procs)
+        if http:
+            procs.append(api._start('cyborg.cmd.api', conf_file,
+                                    os.path.join(tmp, 'api.log')))
+            sessions[procs[-1].pid] = 'API'
+            base = f'http://127.0.0.1:{port}/v2'
+            api._wait_http(base)
+        rpc.set_defaults(exchange)
+        rpc.init(conf, transport)
+        conductor = rpcapi.ConductorAPI(conf)
+        rp_of = {arq: rp_uuids[i % len(rp_uuids)]
+                 for i, arq in enumerate(uuids)}
+
+        def binds(batch_: list[str]) -> tuple[str, dict]:
+            # One instance per PATCH, as Nova binds an instance's requests.
+            instance = str(uuid.uuid4())
+            return instance, {arq: {'hostname': HOSTNAME,
+                                    'device_rp_uuid': rp_of[arq],
+                                    'instance_uuid': instance}
+                              for arq in batch_}
+
+        def rpc_bind(batch_: list[str]) -> None:
+            _, patch = binds(batch_)
+            conductor.arq_apply_patch(cyborg_context.get_admin_context(),
+                                      patch, [])
+
+        local = threading.local()
+
+        def http_bind(batch_: list[str]) -> None:
+            if not hasattr(local, 'client'):
+                local.client = api._Client(base)
+            _, patch = binds(batch_)
+            local.client.request(
+                'PATCH', '/accelerator_requests', expect=202, body={
+                    arq: [{'op': 'add', 'path': f'/{key}', 'value': value}
+                          for key, value in values.items()]
+                    for arq, values in patch.items()})
+
+        _wait_conductors(conductor)
+        print(f'N={n} binds, {clients} clients, {batch} request(s) per '
+              f'PATCH, {conductors} conductor(s), {devices} device(s)'
+              + (f', {workers} API worker process(es)' if http else '')
+              + ':')
+        for index, path in enumerate(paths):
+            mine = uuids[index * per_path:(index + 1) * per_path]
+            batches = [mine[i:i + batch] for i in range(0, len(mine), batch)]
+            cut = math.ceil(warmup / batch)
+            func = rpc_bind if path == 'rpc' else http_bind
+            # Unmeasured: connection pools, caches and the first message
+            # exchanges.
+            _phase(path, func, batches[:cut], clients, report=False)
+            _phase(path, func, batches[cut:], clients, sessions=sessions)
+        states = _states(engine)
+        events = nova.wait_events(total)
+        print(f'  ARQs: {states}; events taken by Nova: {events}')
+        if states != {'Bound': total} or events != total:
+            raise SystemExit('some binds did not end Bound, or Nova did '
+                             'not hear of every one')
+    finally:
+        rpc.cleanup()
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        nova.stop()
+        engine.dispose()
+        api._admin(db_server, f'DROP DATABASE {db_name}')
+
+
+def _wait_conductors(conductor: rpcapi.ConductorAPI,
+                     timeout: float = 60) -> None:
+    """Until a conductor answers: a PATCH of nothing."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            conductor.arq_apply_patch(cyborg_context.get_admin_context(),
+                                      {}, [])
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _option(text: str) -> tuple[str, str, str]:
+    key, sep, value = text.partition('=')
+    group, dot, name = key.partition('.')
+    if not (sep and dot and group and name):
+        raise argparse.ArgumentTypeError(f'{text!r} is not GROUP.NAME=VALUE')
+    return group, name, value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('-n', type=int, nargs='+', default=[2000],
+                        help='binds measured (default: 2000)')
+    parser.add_argument('-c', '--clients', type=int, default=50)
+    parser.add_argument('--batch', type=int, default=1,
+                        help='requests bound by one PATCH (default: 1)')
+    parser.add_argument('--conductors', type=int, default=2,
+                        help='cyborg-conductor processes (default: 2)')
+    parser.add_argument('--devices', type=int, default=10,
+                        help='devices the binds go to, in turn; 1 makes '
+                             'every bind contend for one deployable '
+                             '(default: 10)')
+    parser.add_argument('--warmup', type=int, default=200,
+                        help='binds run unmeasured first (default: 200)')
+    parser.add_argument('--http', action='store_true',
+                        help='also bind through cyborg-api')
+    parser.add_argument('-w', '--workers', type=int, default=2,
+                        help='cyborg-api worker processes (default: 2)')
+    parser.add_argument('--db-server', default='mysql+pymysql://root@'
+                                               '127.0.0.1:3306/')
+    parser.add_argument('--transport-url',
+                        default='rabbit://guest:guest@127.0.0.1:5672/')
+    parser.add_argument('-o', '--option', action='append', default=[],
+                        type=_option, metavar='GROUP.NAME=VALUE',
+                        help='set in the services\' configuration file; '
+                             'repeat for more')
+    args = parser.parse_args(argv)
+    cyborg_conf.CONF([], project='cyborg', default_config_files=[])
+    for n in args.n:
+        # A virtual host of its own: another run's conductors would take
+        # this run's messages otherwise.
+        with utils.virtual_host(args.transport_url, 'cyborg-bench') as url:
+            run(n, args.clients, args.batch, args.conductors, args.devices,
+                args.warmup, args.http, args.workers, args.db_server, url,
+                args.option)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
