@@ -8,7 +8,6 @@ unless CYBORG_TEST_REQUIRE_SERVICES=1 (set by .ci/run), where it fails them.
 """
 import os
 import socket
-import subprocess
 import urllib.parse
 import uuid
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import cyborg.cmd  # noqa: F401  (native threads, before oslo.service loads)
 from cyborg import conf as cyborg_conf  # noqa: F401  (registers options)
 from cyborg.db import api as db_api
 from cyborg.db import migration
+from cyborg.tests import utils
 from cyborg.tests.fakes.fixtures import fake_glance  # noqa: F401
 from cyborg.tests.fakes.fixtures import fake_nova  # noqa: F401
 from cyborg.tests.placement_server import placement  # noqa: F401
@@ -156,32 +156,11 @@ def sqlite_engine(tmp_path) -> Iterator[sa.engine.Engine]:
     yield from migrated_engine(f'sqlite:///{tmp_path}/cyborg.sqlite')
 
 
-def _rabbitmqctl(*args: str) -> None:
-    subprocess.run(['rabbitmqctl', *args], capture_output=True, check=True,
-                   timeout=60)
-
-
 @pytest.fixture
 def rabbit_url() -> Iterator[str]:
-    """A transport URL on a virtual host of its own.
-
-    Queue names do not depend on the exchange, so tests running side by
-    side (pytest-xdist) on one virtual host would consume each other's
-    messages. Without rabbitmqctl (a remote broker) the URL is used as
-    given.
-    """
+    """A transport URL on a virtual host of its own (tests running side by
+    side would consume each other's messages otherwise)."""
     if not _port_open(RABBIT_URL, 5672):
         unavailable('RabbitMQ', f'nothing listens at {RABBIT_URL}')
-    parsed = urllib.parse.urlsplit(RABBIT_URL)
-    vhost = f'cyborg-test-{uuid.uuid4().hex[:12]}'
-    try:
-        _rabbitmqctl('add_vhost', vhost)
-    except (OSError, subprocess.SubprocessError):
-        yield RABBIT_URL
-        return
-    try:
-        _rabbitmqctl('set_permissions', '-p', vhost,
-                     parsed.username or 'guest', '.*', '.*', '.*')
-        yield urllib.parse.urlunsplit(parsed._replace(path=f'/{vhost}'))
-    finally:
-        _rabbitmqctl('delete_vhost', vhost)
+    with utils.virtual_host(RABBIT_URL, 'cyborg-test') as url:
+        yield url

@@ -1,6 +1,9 @@
 """Helpers shared by tests."""
 import contextlib
+import subprocess
 import time
+import urllib.parse
+import uuid
 from collections.abc import Callable
 from collections.abc import Iterator
 from typing import TypeVar
@@ -23,6 +26,35 @@ def count_writes(engine: sa.engine.Engine) -> Iterator[list[str]]:
         yield statements
     finally:
         sa.event.remove(engine, 'before_cursor_execute', _record)
+
+
+@contextlib.contextmanager
+def virtual_host(url: str, prefix: str) -> Iterator[str]:
+    """``url`` on a new RabbitMQ virtual host, deleted after the block.
+
+    Queue names do not depend on the exchange, so services of two test
+    processes or benchmark runs on one virtual host would consume each
+    other's messages. Without rabbitmqctl (a remote broker) the URL is
+    used as given.
+    """
+    parsed = urllib.parse.urlsplit(url)
+    vhost = f'{prefix}-{uuid.uuid4().hex[:12]}'
+    try:
+        _rabbitmqctl('add_vhost', vhost)
+    except (OSError, subprocess.SubprocessError):
+        yield url
+        return
+    try:
+        _rabbitmqctl('set_permissions', '-p', vhost,
+                     parsed.username or 'guest', '.*', '.*', '.*')
+        yield urllib.parse.urlunsplit(parsed._replace(path=f'/{vhost}'))
+    finally:
+        _rabbitmqctl('delete_vhost', vhost)
+
+
+def _rabbitmqctl(*args: str) -> None:
+    subprocess.run(['rabbitmqctl', *args], capture_output=True, check=True,
+                   timeout=60)
 
 
 T = TypeVar('T')
