@@ -73,14 +73,7 @@ def _seed(conf: cfg.ConfigOpts, devices: int, handles: int,
     conf.set_override('device_count', devices, 'fake_driver')
     found = fake.FakeDriver(conf).discover()
     for device in found:
-        # More handles than the fake driver's PCI functions.
-        dep = device.deployables[0]
-        template = dep.attach_handles[0]
-        dep.attach_handles = [
-            type(template)(attach_type='TEST_PCI',
-                           attach_info={'index': str(i)})
-            for i in range(handles)]
-        dep.num_accelerators = handles
+        api.widen(device.deployables[0], handles)
     ctx = cyborg_context.get_admin_context()
     inventory.apply_report(ctx, 'bench-host', {
         'hostname': HOSTNAME, 'devices': [d.to_dict() for d in found]})
