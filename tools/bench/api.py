@@ -4,13 +4,17 @@ Starts ``cyborg-api`` and ``cyborg-conductor`` as processes on a real
 database and message broker (MariaDB and RabbitMQ by default), seeds fake
 devices with enough attach handles, then runs N accelerator requests
 through the four phases Nova drives — create, bind, list by instance,
-delete by instance — with C concurrent clients, and prints ops/s and the
-latency percentiles of each phase:
+delete by instance — with C concurrent clients, and prints ops/s, the
+latency percentiles and the CPU time per request (of the API, the
+conductors, the database and broker servers and the clients) of each
+phase. Binds post their events to a fake Nova in a process of its own:
 
     python tools/bench/api.py -n 100 1000 10000 -c 8 -w 2 --conductors 2
 """
 import argparse
+import collections
 import concurrent.futures
+import glob
 import http.client
 import json
 import os
@@ -34,6 +38,7 @@ from cyborg.accelerator.drivers import fake
 from cyborg.db import api as db_api
 from cyborg.db import migration
 from cyborg.db.api import inventory
+from cyborg.tests import utils
 
 HEADERS = {'X-Auth-Token': 'admin', 'X-Service-Roles': 'service',
            'Content-Type': 'application/json'}
@@ -97,6 +102,81 @@ def _seed(url: str, accelerators: int) -> str:
         engine.dispose()
 
 
+# A fake Nova in a process of its own, out of the clients' way: it prints
+# its endpoint, then the number of events it took for each line it reads.
+_FAKE_NOVA = '''
+import sys
+from cyborg.tests.fakes import nova
+fake = nova.FakeNova()
+fake.start()
+print(fake.token, fake.endpoint, flush=True)
+for _ in sys.stdin:
+    print(len(fake.events()), len(fake.errors), flush=True)
+fake.stop()
+'''
+
+
+# Shared servers, found by process name.
+_SERVERS = {'mariadbd': 'MariaDB', 'mysqld': 'MySQL', 'beam.smp': 'RabbitMQ',
+            'postgres': 'PostgreSQL'}
+
+
+def cpu_used(sessions: dict[int, str]) -> collections.Counter:
+    """CPU seconds used so far: by this process ('clients'), by the
+    processes of each session in ``sessions`` (a label each) and by the
+    database and broker servers. Empty where there is no /proc."""
+    used: collections.Counter = collections.Counter()
+    tick = os.sysconf('SC_CLK_TCK')
+    for stat in glob.glob('/proc/[0-9]*/stat'):
+        try:
+            with open(stat) as f:
+                text = f.read()
+        except OSError:
+            continue
+        pid = int(text.split(' ', 1)[0])
+        comm = text[text.index('(') + 1:text.rindex(')')]
+        fields = text[text.rindex(')') + 2:].split()
+        label = ('clients' if pid == os.getpid()
+                 else sessions.get(int(fields[3])) or _SERVERS.get(comm))
+        if label:
+            used[label] += (int(fields[11]) + int(fields[12])) / tick
+    return used
+
+
+class FakeNovaProcess:
+    """The fake Nova's process."""
+
+    def __init__(self, log: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, '-c', _FAKE_NOVA], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=open(log, 'w'), text=True,
+            start_new_session=True)
+        self.token, self.endpoint = self.proc.stdout.readline().split()
+
+    def events(self) -> int:
+        self.proc.stdin.write('\n')
+        self.proc.stdin.flush()
+        taken, errors = map(int, self.proc.stdout.readline().split())
+        if errors:
+            raise SystemExit(f'the fake Nova failed {errors} time(s)')
+        return taken
+
+    def wait_events(self, count: int, timeout: float = 30) -> int:
+        """The events taken, once there are ``count`` or time is up."""
+        deadline = time.monotonic() + timeout
+        while (taken := self.events()) < count \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return taken
+
+    def stop(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
 class _Client:
     """One keep-alive HTTP connection: far less client CPU per request
     than a full HTTP library, which matters when the clients share the
@@ -142,7 +222,8 @@ def _wait_http(base: str, timeout: float = 60) -> None:
 
 
 def _phase(name: str, base: str, func, items, clients: int,
-           report: bool = True) -> list:
+           report: bool = True, sessions: dict[int, str] | None = None
+           ) -> list:
     local = threading.local()
 
     def timed(item):
@@ -153,10 +234,12 @@ def _phase(name: str, base: str, func, items, clients: int,
         result = func(session, item)
         return time.perf_counter() - start, result
 
+    cpu = cpu_used(sessions or {})
     start = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(clients) as pool:
         outcomes = list(pool.map(timed, items))
     elapsed = time.perf_counter() - start
+    cpu = cpu_used(sessions or {}) - cpu
     if not report:
         return [r for _, r in outcomes]
     latencies = sorted(t for t, _ in outcomes)
@@ -165,28 +248,54 @@ def _phase(name: str, base: str, func, items, clients: int,
     print(f'  {name:<18} {len(items) / elapsed:>8.0f} ops/s   '
           f'p50 {q[49] * 1000:6.1f} ms  p95 {q[94] * 1000:6.1f} ms  '
           f'p99 {q[98] * 1000:6.1f} ms')
+    if cpu:
+        print('  ' + ' ' * 18 + ' CPU ms per op: ' + ', '.join(
+            f'{label} {seconds * 1000 / len(items):.1f}'
+            for label, seconds in cpu.most_common())
+            + f' (all {sum(cpu.values()) * 1000 / len(items):.1f})')
     return [r for _, r in outcomes]
 
 
+def write_config(path: str, sections: dict[str, dict],
+                 options: list[tuple[str, str, str]]) -> None:
+    """The services' configuration file: ``sections``, then ``options``
+    (group, name, value) over them."""
+    for group, name, value in options:
+        sections.setdefault(group, {})[name] = value
+    with open(path, 'w') as f:
+        for group, values in sections.items():
+            f.write(f'[{group}]\n' + ''.join(
+                f'{name} = {value}\n' for name, value in values.items()))
+
+
 def run(n: int, clients: int, workers: int, conductors: int, warmup: int,
-        db_server: str, transport: str) -> None:
+        db_server: str, transport: str,
+        options: list[tuple[str, str, str]]) -> None:
     db_name, url = _database(db_server)
     rp_uuid = _seed(url, max(n, warmup))
     port = _free_port()
     tmp = tempfile.mkdtemp(prefix='cyborg-bench-')
     print(f'logs in {tmp}')
+    # Binds post their events to a fake Nova, as they would to Nova.
+    nova = FakeNovaProcess(os.path.join(tmp, 'nova.log'))
     conf_file = os.path.join(tmp, 'cyborg.conf')
-    with open(conf_file, 'w') as f:
-        f.write(f'[DEFAULT]\ntransport_url = {transport}\n'
-                f'control_exchange = bench-{uuid.uuid4().hex[:8]}\n'
-                f'[database]\nconnection = {url}\n'
-                f'[api]\nauth_strategy = noauth\nport = {port}\n'
-                f'workers = {workers}\nthreads = 16\n')
+    sections = {
+        'DEFAULT': {'transport_url': transport,
+                    'control_exchange': f'bench-{uuid.uuid4().hex[:8]}'},
+        'database': {'connection': url},
+        'api': {'auth_strategy': 'noauth', 'port': port,
+                'workers': workers, 'threads': 16},
+        'nova': {'auth_type': 'admin_token', 'token': nova.token,
+                 'endpoint': nova.endpoint,
+                 'endpoint_override': nova.endpoint}}
+    write_config(conf_file, sections, options)
     procs = [_start('cyborg.cmd.conductor', conf_file,
                     os.path.join(tmp, f'conductor-{i}.log'))
              for i in range(conductors)]
     procs.append(_start('cyborg.cmd.api', conf_file,
                         os.path.join(tmp, 'api.log')))
+    sessions = {nova.proc.pid: 'Nova', procs[-1].pid: 'API'}
+    sessions.update((proc.pid, 'conductors') for proc in procs[:-1])
     base = f'http://127.0.0.1:{port}/v2'
     try:
         _wait_http(base)
@@ -227,17 +336,22 @@ def run(n: int, clients: int, workers: int, conductors: int, warmup: int,
 
         def cycle(count: int, report: bool) -> None:
             arqs = _phase('create', base, create, range(count), clients,
-                          report)
-            instances = _phase('bind', base, bind, arqs, clients, report)
+                          report, sessions)
+            instances = _phase('bind', base, bind, arqs, clients, report,
+                               sessions)
             _phase('list-by-instance', base, list_by_instance, instances,
-                   clients, report)
+                   clients, report, sessions)
             _phase('delete-by-instance', base, delete, instances, clients,
-                   report)
+                   report, sessions)
 
         # Unmeasured: connection pools, caches and the first message
         # exchanges, so that a small N measures the same steady state.
         cycle(warmup, report=False)
         cycle(n, report=True)
+        events = nova.wait_events(warmup + n)
+        if events != warmup + n:
+            raise SystemExit(f'Nova heard of {events} binds, not '
+                             f'{warmup + n}')
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
@@ -246,7 +360,16 @@ def run(n: int, clients: int, workers: int, conductors: int, warmup: int,
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+        nova.stop()
         _admin(db_server, f'DROP DATABASE {db_name}')
+
+
+def option(text: str) -> tuple[str, str, str]:
+    key, sep, value = text.partition('=')
+    group, dot, name = key.partition('.')
+    if not (sep and dot and group and name):
+        raise argparse.ArgumentTypeError(f'{text!r} is not GROUP.NAME=VALUE')
+    return group, name, value
 
 
 def main() -> int:
@@ -264,10 +387,17 @@ def main() -> int:
                                                '127.0.0.1:3306/')
     parser.add_argument('--transport-url',
                         default='rabbit://guest:guest@127.0.0.1:5672/')
+    parser.add_argument('-o', '--option', action='append', default=[],
+                        type=option, metavar='GROUP.NAME=VALUE',
+                        help='set in the services\' configuration file; '
+                             'repeat for more')
     args = parser.parse_args()
     for n in args.n:
-        run(n, args.clients, args.workers, args.conductors, args.warmup,
-            args.db_server, args.transport_url)
+        # A virtual host of its own: another run's conductors would take
+        # this run's messages otherwise.
+        with utils.virtual_host(args.transport_url, 'cyborg-bench') as url:
+            run(n, args.clients, args.workers, args.conductors, args.warmup,
+                args.db_server, url, args.option)
     return 0
 
 

@@ -13,9 +13,7 @@ PATCH; ``--http`` also starts ``cyborg-api`` and binds through
     python tools/bench/bind.py -n 2000 -c 50 --conductors 2 --devices 10
 """
 import argparse
-import collections
 import concurrent.futures
-import glob
 import math
 import os
 import signal
@@ -50,20 +48,6 @@ from cyborg.tests import utils
 HOSTNAME = api.HOSTNAME
 PROFILE = 'bench'
 
-# A fake Nova in a process of its own, out of the clients' way: it prints
-# its endpoint, then the number of events it took for each line it reads.
-_NOVA = '''
-import sys
-from cyborg.tests.fakes import nova
-fake = nova.FakeNova()
-fake.start()
-print(fake.token, fake.endpoint, flush=True)
-for _ in sys.stdin:
-    print(len(fake.events()), len(fake.errors), flush=True)
-fake.stop()
-'''
-
-
 def _seed(conf: cfg.ConfigOpts, devices: int, handles: int,
           requests: int) -> tuple[list[str], list[str]]:
     """``devices`` fake devices of ``handles`` TEST_PCI handles each, and
@@ -93,33 +77,6 @@ def _states(engine: sa.engine.Engine) -> dict[str, int]:
                                  .group_by(arq.state)).all())
 
 
-# Shared servers, found by process name.
-_SERVERS = {'mariadbd': 'MariaDB', 'mysqld': 'MySQL', 'beam.smp': 'RabbitMQ',
-            'postgres': 'PostgreSQL'}
-
-
-def _cpu(sessions: dict[int, str]) -> collections.Counter:
-    """CPU seconds used so far: by this process ('clients'), by the
-    processes of each session in ``sessions`` (a label each) and by the
-    database and broker servers. Empty where there is no /proc."""
-    used: collections.Counter = collections.Counter()
-    tick = os.sysconf('SC_CLK_TCK')
-    for stat in glob.glob('/proc/[0-9]*/stat'):
-        try:
-            with open(stat) as f:
-                text = f.read()
-        except OSError:
-            continue
-        pid = int(text.split(' ', 1)[0])
-        comm = text[text.index('(') + 1:text.rindex(')')]
-        fields = text[text.rindex(')') + 2:].split()
-        label = ('clients' if pid == os.getpid()
-                 else sessions.get(int(fields[3])) or _SERVERS.get(comm))
-        if label:
-            used[label] += (int(fields[11]) + int(fields[12])) / tick
-    return used
-
-
 def _phase(name: str, func: Callable[[list[str]], None],
            batches: list[list[str]], clients: int,
            report: bool = True, sessions: dict[int, str] | None = None
@@ -129,12 +86,12 @@ def _phase(name: str, func: Callable[[list[str]], None],
         func(batch)
         return time.perf_counter() - start
 
-    cpu = _cpu(sessions or {})
+    cpu = api.cpu_used(sessions or {})
     start = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(clients) as pool:
         latencies = sorted(pool.map(timed, batches))
     elapsed = time.perf_counter() - start
-    cpu = _cpu(sessions or {}) - cpu
+    cpu = api.cpu_used(sessions or {}) - cpu
     if not report:
         return
     binds = sum(len(b) for b in batches)
@@ -149,40 +106,6 @@ def _phase(name: str, func: Callable[[list[str]], None],
             + f' (all {sum(cpu.values()) * 1000 / binds:.1f})')
 
 
-class _Nova:
-    """The fake Nova's process."""
-
-    def __init__(self, log: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, '-c', _NOVA], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=open(log, 'w'), text=True,
-            start_new_session=True)
-        self.token, self.endpoint = self.proc.stdout.readline().split()
-
-    def events(self) -> int:
-        self.proc.stdin.write('\n')
-        self.proc.stdin.flush()
-        taken, errors = map(int, self.proc.stdout.readline().split())
-        if errors:
-            raise SystemExit(f'the fake Nova failed {errors} time(s)')
-        return taken
-
-    def wait_events(self, count: int, timeout: float = 30) -> int:
-        """The events taken, once there are ``count`` or time is up."""
-        deadline = time.monotonic() + timeout
-        while (taken := self.events()) < count \
-                and time.monotonic() < deadline:
-            time.sleep(0.2)
-        return taken
-
-    def stop(self) -> None:
-        self.proc.stdin.close()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-
-
 def run(n: int, clients: int, batch: int, conductors: int, devices: int,
         warmup: int, http: bool, workers: int, db_server: str,
         transport: str, options: list[tuple[str, str, str]]) -> None:
@@ -194,7 +117,7 @@ def run(n: int, clients: int, batch: int, conductors: int, devices: int,
     tmp = tempfile.mkdtemp(prefix='cyborg-bench-')
     print(f'logs in {tmp}')
     procs: list[subprocess.Popen] = []
-    nova = _Nova(os.path.join(tmp, 'nova.log'))
+    nova = api.FakeNovaProcess(os.path.join(tmp, 'nova.log'))
     engine = engines.create_engine(url)
     try:
         migration.upgrade('head', url=url)
@@ -217,12 +140,7 @@ def run(n: int, clients: int, batch: int, conductors: int, devices: int,
             'nova': {'auth_type': 'admin_token', 'token': nova.token,
                      'endpoint': nova.endpoint,
                      'endpoint_override': nova.endpoint}}
-        for group, name, value in options:
-            sections.setdefault(group, {})[name] = value
-        with open(conf_file, 'w') as f:
-            for group, values in sections.items():
-                f.write(f'[{group}]\n' + ''.join(
-                    f'{name} = {value}\n' for name, value in values.items()))
+        api.write_config(conf_file, sections, options)
         procs = [api._start('cyborg.cmd.conductor', conf_file,
                             os.path.join(tmp, f'conductor-{i}.log'))
                  for i in range(conductors)]
@@ -314,14 +232,6 @@ def _wait_conductors(conductor: rpcapi.ConductorAPI,
             time.sleep(0.5)
 
 
-def _option(text: str) -> tuple[str, str, str]:
-    key, sep, value = text.partition('=')
-    group, dot, name = key.partition('.')
-    if not (sep and dot and group and name):
-        raise argparse.ArgumentTypeError(f'{text!r} is not GROUP.NAME=VALUE')
-    return group, name, value
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('-n', type=int, nargs='+', default=[2000],
@@ -346,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--transport-url',
                         default='rabbit://guest:guest@127.0.0.1:5672/')
     parser.add_argument('-o', '--option', action='append', default=[],
-                        type=_option, metavar='GROUP.NAME=VALUE',
+                        type=api.option, metavar='GROUP.NAME=VALUE',
                         help='set in the services\' configuration file; '
                              'repeat for more')
     args = parser.parse_args(argv)
