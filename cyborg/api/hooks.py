@@ -55,14 +55,18 @@ class MicroversionHook(hooks.PecanHook):
             request.version = versions.parse_header(
                 request.headers.get(versions.HEADER))
         except versions.InvalidVersion as exc:
+            # No version is served: the reply gives the range, not one.
+            request.version_rejected = True
             error = errors.http_error(406, str(exc))
             _add_headers(error.headers, None)
             raise error from None
 
     def after(self, state: hooks.HookController) -> None:
-        if _is_v2(state.request.path_info):
-            _add_headers(state.response.headers,
-                         getattr(state.request, 'version', None))
+        request = state.request
+        if _is_v2(request.path_info):
+            served = (None if getattr(request, 'version_rejected', False)
+                      else getattr(request, 'version', None))
+            _add_headers(state.response.headers, served)
 
 
 def _is_v2(path: str) -> bool:

@@ -71,6 +71,8 @@ def test_get_by_uuid_is_wrapped_and_by_name_needs_2_2(api):
     response = api.app.get('/v2/device_profiles/byname', headers=ADMIN,
                            status=406)
     assert '2.2' in _fault(response)
+    # A 406 of a version that was served names it.
+    assert response.headers['OpenStack-API-Version'] == 'accelerator 2.0'
     got = api.app.get('/v2/device_profiles/byname',
                       headers=version('2.2'))
     assert got.json['device_profile']['uuid'] == dp['uuid']

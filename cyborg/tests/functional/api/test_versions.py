@@ -77,6 +77,11 @@ def test_unsupported_versions_get_406(api, header, message):
     fault = _fault(response)
     assert message in fault['faultstring']
     assert fault['faultcode'] == 'Client'
+    # No version was served: the range is given, not a version.
+    assert 'OpenStack-API-Version' not in response.headers
+    assert response.headers['OpenStack-API-Minimum-Version'] == '2.0'
+    assert response.headers['Vary'] == 'OpenStack-API-Version'
+
 
 
 def test_public_endpoint_sets_links(api, conf):
