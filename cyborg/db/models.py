@@ -139,6 +139,12 @@ class Deployable(Base):
         sa.DateTime)
 
 
+# Attribute.source: a driver's report, or an operator's POST
+# /v2/attributes (which reports leave alone).
+ATTRIBUTE_FROM_DRIVER = 'driver'
+ATTRIBUTE_SET_BY_OPERATOR = 'operator'
+
+
 class Attribute(Base):
     """A key/value fact about a deployable (resource class, traits, ...)."""
 
@@ -152,6 +158,9 @@ class Attribute(Base):
         sa.ForeignKey('deployables.id', ondelete='RESTRICT'))
     key: orm.Mapped[str] = orm.mapped_column(sa.String(255))
     value: orm.Mapped[str] = orm.mapped_column(sa.Text)
+    source: orm.Mapped[str] = orm.mapped_column(
+        sa.String(16), default=ATTRIBUTE_FROM_DRIVER,
+        server_default=ATTRIBUTE_FROM_DRIVER)
 
 
 class AttachHandle(Base):

@@ -68,7 +68,8 @@ def create(context: cyborg_context.RequestContext,
     if deployable_id is None:
         raise exception.Invalid(reason=f'deployable {named} does not exist.')
     row = Attribute(uuid=str(uuid_lib.uuid4()), deployable_id=deployable_id,
-                    key=values['key'], value=values['value'])
+                    key=values['key'], value=values['value'],
+                    source=models.ATTRIBUTE_SET_BY_OPERATOR)
     try:
         with context.session.begin_nested():
             context.session.add(row)

@@ -70,7 +70,11 @@ class ReportResult:
 @dataclasses.dataclass
 class _DeployableRows:
     row: Row
+    # What the driver reported; reports add, change and remove these.
     attributes: dict[str, Row] = dataclasses.field(default_factory=dict)
+    # What POST /v2/attributes added; reports leave them alone.
+    operator_attributes: dict[str, Row] = dataclasses.field(
+        default_factory=dict)
     handles: dict[str, Row] = dataclasses.field(default_factory=dict)
 
 
@@ -127,8 +131,12 @@ def _load_host(session: sa.orm.Session, host: str) -> _HostRows:
     for attr in session.execute(
             sa.select(*_columns(models.Attribute))
             .join(models.Deployable).join(models.Device).where(on_host)):
-        if attr.deployable_id in deployables:
-            deployables[attr.deployable_id].attributes[attr.key] = attr
+        dep_rows = deployables.get(attr.deployable_id)
+        if dep_rows is not None:
+            mine = (dep_rows.operator_attributes
+                    if attr.source == models.ATTRIBUTE_SET_BY_OPERATOR
+                    else dep_rows.attributes)
+            mine[attr.key] = attr
     busy_handles: set[int] = set()
     busy_deployables: set[int] = set()
     for handle in session.execute(
@@ -289,7 +297,9 @@ def _sync_deployable(w: _Writer, existing: _DeployableRows, report: Report,
                      cpid_id: int, busy_handles: set[int]) -> bool:
     changed = False
     dep_id = existing.row.id
-    attributes = report.get('attributes', {})
+    # An attribute an operator set wins over the driver's of that key.
+    attributes = {k: v for k, v in report.get('attributes', {}).items()
+                  if k not in existing.operator_attributes}
     new_attrs = {}
     for key, value in attributes.items():
         row = existing.attributes.get(key)
@@ -332,7 +342,7 @@ def _delete_deployable(w: _Writer, dep: _DeployableRows,
                        hostname: str) -> None:
     if dep.row.rp_uuid:
         w.removals[dep.row.rp_uuid] = hostname
-    for row in dep.attributes.values():
+    for row in [*dep.attributes.values(), *dep.operator_attributes.values()]:
         w.delete(models.Attribute, row)
     for row in dep.handles.values():
         w.delete(models.AttachHandle, row)
@@ -455,7 +465,8 @@ def _device_dict(device: _DeviceRows) -> dict[str, Any]:
             'num_accelerators': dep.row.num_accelerators,
             'driver_name': dep.row.driver_name,
             'rp_uuid': dep.row.rp_uuid,
-            'attributes': {k: a.value for k, a in dep.attributes.items()},
+            'attributes': {k: a.value for k, a in [
+                *dep.attributes.items(), *dep.operator_attributes.items()]},
             'attach_handles': [
                 {'uuid': h.uuid, 'attach_type': h.attach_type,
                  'attach_info': json.loads(h.attach_info),

@@ -221,3 +221,84 @@ def test_longest_key_and_value_are_stored(api_all_dbs):
     shown = api.app.get(f'/v2/attributes/{created["uuid"]}',
                         headers=ADMIN).json
     assert (shown['key'], shown['value']) == (body['key'], body['value'])
+
+
+def _report_again(api, host='cmp1', hostname='node1', change=None):
+    """The fake driver's report of ``host`` applied again, as the agent's
+    next periodic report would be; ``change`` edits it first."""
+    from cyborg import context as cyborg_context
+    from cyborg.accelerator.drivers import fake
+    from cyborg.db.api import inventory
+    api.conf.set_override('host', host)
+    devices = [d.to_dict() for d in fake.FakeDriver(api.conf).discover()]
+    if change:
+        change(devices)
+    return inventory.apply_report(cyborg_context.get_admin_context(), host,
+                                  {'hostname': hostname, 'devices': devices})
+
+
+def test_reports_keep_what_an_operator_set(api_all_dbs, db_engine):
+    api = api_all_dbs
+    dep = api.seed('cmp1', hostname='node1')[0]['deployables'][0]
+    driver_keys = set(dep['attributes'])
+    with db_engine.connect() as conn:
+        dep_id = conn.scalar(sa.select(models.Deployable.id).where(
+            models.Deployable.uuid == dep['uuid']))
+    mine = api.app.post_json('/v2/attributes', {
+        'deployable_id': dep_id, 'key': 'trait_ops',
+        'value': 'CUSTOM_OPERATOR_TRAIT'}, headers=ADMIN, status=201).json
+    # The operator's value of a key the driver reports too wins.
+    taken = next(iter(sorted(driver_keys)))
+    api.app.delete(f'/v2/attributes/{_uuid_of(api, dep_id, taken)}',
+                   headers=ADMIN, status=204)
+    api.app.post_json('/v2/attributes', {
+        'deployable_id': dep_id, 'key': taken, 'value': 'operator value'},
+        headers=ADMIN, status=201)
+
+    result = _report_again(api)
+
+    assert result.devices_updated == 0 and result.writes == 0
+    listed = {a['key']: a for a in _list(
+        api, f'?deployable_id={dep_id}')['attributes']}
+    assert listed['trait_ops']['uuid'] == mine['uuid']
+    assert listed['trait_ops']['value'] == 'CUSTOM_OPERATOR_TRAIT'
+    assert listed[taken]['value'] == 'operator value'
+    assert set(listed) == driver_keys | {'trait_ops'}
+
+
+def test_a_driver_attribute_the_host_stops_reporting_goes(api_all_dbs,
+                                                          db_engine):
+    api = api_all_dbs
+    dep = api.seed('cmp1', hostname='node1')[0]['deployables'][0]
+    gone = next(iter(sorted(dep['attributes'])))
+
+    def drop(devices):
+        del devices[0]['deployables'][0]['attributes'][gone]
+
+    result = _report_again(api, change=drop)
+
+    assert result.devices_updated == 1
+    listed = _list(api)['attributes']
+    assert gone not in {a['key'] for a in listed}
+
+
+def test_a_removed_deployable_takes_the_operators_attributes(api_all_dbs,
+                                                            db_engine):
+    api = api_all_dbs
+    dep = api.seed('cmp1', hostname='node1')[0]['deployables'][0]
+    with db_engine.connect() as conn:
+        dep_id = conn.scalar(sa.select(models.Deployable.id).where(
+            models.Deployable.uuid == dep['uuid']))
+    api.app.post_json('/v2/attributes', {
+        'deployable_id': dep_id, 'key': 'note', 'value': 'rack 4'},
+        headers=ADMIN, status=201)
+
+    result = _report_again(api, change=lambda devices: devices.clear())
+
+    assert result.devices_removed == 1
+    assert _list(api)['attributes'] == []
+
+
+def _uuid_of(api, dep_id, key):
+    return next(a['uuid'] for a in _list(
+        api, f'?deployable_id={dep_id}')['attributes'] if a['key'] == key)
