@@ -1,4 +1,6 @@
 """pecan hooks: request context, conductor client and microversions."""
+import threading
+
 import pecan
 from oslo_config import cfg
 from pecan import hooks
@@ -26,10 +28,16 @@ class _LazyConductorAPI:
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         self.conf = conf
         self._api: conductor_rpcapi.ConductorAPI | None = None
+        self._lock = threading.Lock()
 
     def __getattr__(self, name: str) -> object:
         if self._api is None:
-            self._api = conductor_rpcapi.ConductorAPI(self.conf)
+            # One client per process: concurrent creates share its batches.
+            with self._lock:
+                if self._api is None:
+                    self._api = conductor_rpcapi.ConductorAPI(
+                        self.conf,
+                        create_batch=self.conf.api.create_batch_size)
         return getattr(self._api, name)
 
 

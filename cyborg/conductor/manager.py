@@ -31,7 +31,7 @@ class ConductorManager:
     """Turns agent reports and heartbeats into database rows, publishes
     them to placement and binds accelerator requests."""
 
-    target = messaging.Target(version='1.3')
+    target = messaging.Target(version='1.4')
 
     def __init__(self, conf: cfg.ConfigOpts,
                  placement: placement_sync.PlacementSync | None = None,
@@ -119,6 +119,30 @@ class ConductorManager:
                    profile_name: str, project_id: str | None
                    ) -> list[dict[str, Any]]:
         return arqs.create(context, profile_name, project_id)
+
+    def arq_create_many(self, context: cyborg_context.RequestContext,
+                        requests: list[dict[str, Any]]
+                        ) -> list[dict[str, Any]]:
+        """``arq_create`` for several HTTP requests at once (1.4).
+
+        One answer per request, in order: ``{"arqs": [...]}``, or
+        ``{"error": {"type", "message", "kwargs"}}`` for a request that
+        failed alone. A database error fails the call, and so all of them.
+        """
+        created = arqs.create_many(
+            context, [(r['profile_name'], r['project_id'])
+                      for r in requests])
+        answers = []
+        for request, result in zip(requests, created, strict=True):
+            if isinstance(result, exception.CyborgException):
+                LOG.debug('Request %s: %s', request.get('request_id'),
+                          result)
+                answers.append({'error': {'type': type(result).__name__,
+                                          'message': result.message,
+                                          'kwargs': result.kwargs}})
+            else:
+                answers.append({'arqs': result})
+        return answers
 
     @messaging.expected_exceptions(exception.CyborgException)
     def arq_apply_patch(self, context: cyborg_context.RequestContext,

@@ -5,6 +5,7 @@ import oslo_messaging as messaging
 from oslo_config import cfg
 
 from cyborg import context as cyborg_context
+from cyborg.common import coalesce
 from cyborg.common import exception
 from cyborg.common import rpc
 
@@ -24,16 +25,24 @@ class ConductorAPI:
       ``attribute_create``, ``attribute_delete``.
     * 1.2 - ``deployable_program``.
     * 1.3 - ``host_discover``.
+    * 1.4 - ``arq_create_many``: the creates of several HTTP requests.
     """
 
-    RPC_API_VERSION = '1.3'
+    RPC_API_VERSION = '1.4'
 
-    def __init__(self, conf: cfg.ConfigOpts) -> None:
+    def __init__(self, conf: cfg.ConfigOpts, create_batch: int = 1) -> None:
+        """``create_batch`` > 1: ``arq_create`` calls made at the same
+        time by threads of this process go to a conductor together, up to
+        that many per RPC call (see ``coalesce.Coalescer``)."""
         self.conf = conf
         target = messaging.Target(topic=rpc.CONDUCTOR_TOPIC,
                                   version=self.RPC_API_VERSION)
         self.client = rpc.get_client(
             target, version_cap=conf.upgrade_levels.conductor)
+        self._creates: coalesce.Coalescer[
+            tuple[Context, str, str | None], list[dict[str, Any]]] | None
+        self._creates = (coalesce.Coalescer(self._create_many, create_batch)
+                         if create_batch > 1 else None)
 
     def _call(self, context: Context, version: str, method: str,
               rpc_timeout: float | None = None, **kwargs: Any) -> Any:
@@ -86,8 +95,31 @@ class ConductorAPI:
     def arq_create(self, context: Context, profile_name: str,
                    project_id: str | None) -> list[dict[str, Any]]:
         """One accelerator request per accelerator the profile asks for."""
+        if self._creates is not None and self.client.can_send_version('1.4'):
+            return self._creates.submit((context, profile_name, project_id))
         return self._call(context, '1.1', 'arq_create',
                           profile_name=profile_name, project_id=project_id)
+
+    def _create_many(self, requests: list[tuple[Context, str, str | None]]
+                     ) -> list[list[dict[str, Any]] | Exception]:
+        if len(requests) == 1:
+            context, profile_name, project_id = requests[0]
+            try:
+                return [self._call(context, '1.1', 'arq_create',
+                                   profile_name=profile_name,
+                                   project_id=project_id)]
+            except exception.CyborgException as exc:
+                return [exc]
+        # The call is made for several callers: an admin context of its
+        # own, with each caller's request id in its item for the logs.
+        answers = self._call(
+            cyborg_context.get_admin_context(), '1.4', 'arq_create_many',
+            requests=[{'profile_name': profile_name,
+                       'project_id': project_id,
+                       'request_id': context.request_id}
+                      for context, profile_name, project_id in requests])
+        return [answer['arqs'] if 'arqs' in answer
+                else _rebuild(answer['error']) for answer in answers]
 
     def arq_apply_patch(self, context: Context,
                         binds: dict[str, dict[str, Any]],
@@ -136,3 +168,12 @@ class ConductorAPI:
         timeout = self.conf.rpc_response_timeout + 30
         return self._call(context, '1.3', 'host_discover',
                           rpc_timeout=timeout, host=host)
+
+
+def _rebuild(error: dict[str, Any]) -> exception.CyborgException:
+    """The exception a conductor described in an answer of a batch."""
+    cls = getattr(exception, error['type'], None)
+    if not (isinstance(cls, type)
+            and issubclass(cls, exception.CyborgException)):
+        cls = exception.CyborgException
+    return cls(error['message'], **error.get('kwargs', {}))

@@ -126,31 +126,59 @@ def accelerator_count(group: dict[str, str]) -> int:
 def create(context: cyborg_context.RequestContext, profile_name: str,
            project_id: str | None) -> list[dict[str, Any]]:
     """One Initial ARQ per accelerator of each group of the profile."""
-    profile = context.session.execute(
-        sa.select(models.DeviceProfile.id, models.DeviceProfile.groups)
-        .where(models.DeviceProfile.name == profile_name)).first()
-    if profile is None:
-        raise exception.DeviceProfileNotFound(name=profile_name)
+    created = create_many(context, [(profile_name, project_id)])[0]
+    if isinstance(created, exception.CyborgException):
+        raise created
+    return created
+
+
+@writer
+def create_many(context: cyborg_context.RequestContext,
+                requests: list[tuple[str, str | None]]
+                ) -> list[list[dict[str, Any]] | exception.CyborgException]:
+    """``create`` for each (profile name, project) of ``requests`` in one
+    transaction: one SELECT of the profiles and one INSERT of every ARQ.
+
+    Returns one item per request, in order: its ARQs, or
+    DeviceProfileNotFound, which fails that request alone.
+    """
+    names = {name for name, _ in requests}
+    profiles = {p.name: p for p in context.session.execute(
+        sa.select(models.DeviceProfile.id, models.DeviceProfile.name,
+                  models.DeviceProfile.groups)
+        .where(models.DeviceProfile.name.in_(names)))}
+    groups = {name: json.loads(p.groups) for name, p in profiles.items()}
     # Whole seconds, so what is returned now is what the database keeps
     # (MySQL rounds fractions of a DATETIME, MariaDB truncates them).
     now = timeutils.utcnow().replace(microsecond=0)
+    results: list[list[dict[str, Any]] | exception.CyborgException] = []
     rows = []
-    for group_id, group in enumerate(json.loads(profile.groups)):
-        for _ in range(accelerator_count(group)):
-            rows.append({'uuid': str(uuid_lib.uuid4()), 'state': 'Initial',
-                         'project_id': project_id,
-                         'device_profile_id': profile.id,
-                         'device_profile_name': profile_name,
-                         'device_profile_group_id': group_id,
-                         'device_profile_group': json.dumps(group),
-                         'created_at': now})
+    for profile_name, project_id in requests:
+        profile = profiles.get(profile_name)
+        if profile is None:
+            results.append(exception.DeviceProfileNotFound(name=profile_name))
+            continue
+        mine = []
+        for group_id, group in enumerate(groups[profile_name]):
+            for _ in range(accelerator_count(group)):
+                mine.append({'uuid': str(uuid_lib.uuid4()),
+                             'state': 'Initial',
+                             'project_id': project_id,
+                             'device_profile_id': profile.id,
+                             'device_profile_name': profile_name,
+                             'device_profile_group_id': group_id,
+                             'device_profile_group': json.dumps(group),
+                             'created_at': now})
+        rows.extend(mine)
+        # The new rows are known in full; reading them back would cost a
+        # query.
+        results.append([to_dict(types.SimpleNamespace(
+            **row, hostname=None, device_rp_uuid=None, instance_uuid=None,
+            updated_at=None, ah_uuid=None, ah_type=None, ah_info=None))
+            for row in mine])
     if rows:
         context.session.execute(sa.insert(ARQ), rows)
-    # The new rows are known in full; reading them back would cost a query.
-    return [to_dict(types.SimpleNamespace(
-        **row, hostname=None, device_rp_uuid=None, instance_uuid=None,
-        updated_at=None, ah_uuid=None, ah_type=None, ah_info=None))
-        for row in rows]
+    return results
 
 
 def _take_handle(session: sa.orm.Session, deployable_id: int
