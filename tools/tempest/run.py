@@ -23,6 +23,7 @@ import os
 import pathlib
 import pwd
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -301,6 +302,21 @@ def run_tempest(workspace: pathlib.Path, regex: str,
     return subprocess.run(argv, cwd=workspace).returncode
 
 
+def _unreachable() -> list[str]:
+    """Which of the database and broker servers do not accept a
+    connection."""
+    missing = []
+    for name, url in (('MariaDB', MYSQL_URL), ('RabbitMQ', RABBIT_URL)):
+        parsed = urllib.parse.urlsplit(url)
+        port = parsed.port or (3306 if name == 'MariaDB' else 5672)
+        try:
+            socket.create_connection((parsed.hostname or '127.0.0.1', port),
+                                     timeout=5).close()
+        except OSError:
+            missing.append(f'{name} ({parsed.hostname}:{port})')
+    return missing
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--regex', default='cyborg_tempest_plugin.tests.api',
@@ -311,6 +327,14 @@ def main() -> int:
     parser.add_argument('--keep', action='store_true',
                         help='keep the work directory afterwards')
     args = parser.parse_args()
+    missing = _unreachable()
+    if missing:
+        # As the test suite does: skipped unless the services are required.
+        required = os.environ.get('CYBORG_TEST_REQUIRE_SERVICES') == '1'
+        log(f'{" and ".join(missing)} not reachable: '
+            + ('failing (CYBORG_TEST_REQUIRE_SERVICES=1)' if required
+               else 'skipping the tempest API tests'))
+        return 1 if required else 0
 
     started = time.monotonic()
     workdir = pathlib.Path(args.workdir or tempfile.mkdtemp(
