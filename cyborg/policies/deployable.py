@@ -14,7 +14,8 @@ rules = [
          [('GET', '/v2/deployables/{uuid}'),
           ('GET', '/v1/accelerators/{uuid}')]),
     rule(P % 'program', 'rule:admin_api', 'Program an FPGA deployable.',
-         [('PATCH', '/v2/deployables/{uuid}/program')]),
+         [('PATCH', '/v2/deployables/{uuid}/program'),
+          ('PATCH', '/v2/deployables/{uuid}/program/{image_uuid}')]),
 ]
 
 
