@@ -120,6 +120,7 @@ class ConductorManager:
                    ) -> list[dict[str, Any]]:
         return arqs.create(context, profile_name, project_id)
 
+    @messaging.expected_exceptions(exception.CyborgException)
     def arq_create_many(self, context: cyborg_context.RequestContext,
                         requests: list[dict[str, Any]]
                         ) -> list[dict[str, Any]]:
