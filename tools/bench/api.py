@@ -256,6 +256,19 @@ def _phase(name: str, base: str, func, items, clients: int,
     return [r for _, r in outcomes]
 
 
+def calibration() -> float:
+    """Milliseconds of CPU a fixed piece of pure Python takes here now.
+
+    The machine's speed varies from minute to minute; runs whose
+    calibrations differ are not comparable, whatever the code did.
+    """
+    start = time.process_time()
+    total = 0
+    for i in range(2_000_000):
+        total += i % 7
+    return (time.process_time() - start) * 1000
+
+
 def write_config(path: str, sections: dict[str, dict],
                  options: list[tuple[str, str, str]]) -> None:
     """The services' configuration file: ``sections``, then ``options``
@@ -304,7 +317,8 @@ def run(n: int, clients: int, workers: int, conductors: int, warmup: int,
             body=[{'name': 'bench', 'groups': [{'resources:FPGA': '1'}]}])
         time.sleep(1)
         print(f'N={n} requests, {clients} clients, {workers} API '
-              f'worker process(es), {conductors} conductor(s):')
+              f'worker process(es), {conductors} conductor(s); '
+              f'calibration {calibration():.0f} ms:')
 
         def create(client, _):
             created = client.request(
