@@ -7,8 +7,6 @@ CYBORG_TEST_RABBIT_URL. A service that cannot be reached skips its tests,
 unless CYBORG_TEST_REQUIRE_SERVICES=1 (set by .ci/run), where it fails them.
 """
 import os
-import socket
-import urllib.parse
 import uuid
 from collections.abc import Iterator
 
@@ -50,17 +48,6 @@ def unavailable(what: str, reason: object) -> None:
     pytest.skip(message)
 
 
-def _port_open(url: str, default_port: int) -> bool:
-    parsed = urllib.parse.urlsplit(url)
-    try:
-        with socket.create_connection(
-                (parsed.hostname or '127.0.0.1', parsed.port or default_port),
-                timeout=2):
-            return True
-    except OSError:
-        return False
-
-
 class _ServerDatabase:
     """A throw-away database on a real server, created and dropped here."""
 
@@ -95,7 +82,7 @@ def empty_database_url(backend: str, tmp_path) -> Iterator[str]:
         yield f'sqlite:///{tmp_path}/cyborg.sqlite'
         return
     server = MYSQL_URL if backend == 'mysql' else PG_URL
-    if not _port_open(server, 3306 if backend == 'mysql' else 5432):
+    if not utils.port_open(server, 3306 if backend == 'mysql' else 5432):
         unavailable(backend, f'nothing listens at {server}')
     database = _ServerDatabase(backend, server)
     try:
@@ -160,7 +147,7 @@ def sqlite_engine(tmp_path) -> Iterator[sa.engine.Engine]:
 def rabbit_url() -> Iterator[str]:
     """A transport URL on a virtual host of its own (tests running side by
     side would consume each other's messages otherwise)."""
-    if not _port_open(RABBIT_URL, 5672):
+    if not utils.port_open(RABBIT_URL, 5672):
         unavailable('RabbitMQ', f'nothing listens at {RABBIT_URL}')
     with utils.virtual_host(RABBIT_URL, 'cyborg-test') as url:
         yield url

@@ -1,5 +1,6 @@
 """Helpers shared by tests."""
 import contextlib
+import socket
 import subprocess
 import time
 import urllib.parse
@@ -58,6 +59,18 @@ def _rabbitmqctl(*args: str) -> None:
 
 
 T = TypeVar('T')
+
+
+def port_open(url: str, default_port: int) -> bool:
+    """Whether the server of ``url`` accepts a TCP connection."""
+    parsed = urllib.parse.urlsplit(url)
+    try:
+        with socket.create_connection(
+                (parsed.hostname or '127.0.0.1', parsed.port or default_port),
+                timeout=2):
+            return True
+    except OSError:
+        return False
 
 
 def wait_for(check: Callable[[], T], what: str = 'a condition',

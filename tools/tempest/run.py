@@ -23,7 +23,6 @@ import os
 import pathlib
 import pwd
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from cyborg.db import migration  # noqa: E402
+from cyborg.tests import utils  # noqa: E402
 from cyborg.tests.functional import gate_stack  # noqa: E402
 
 MYSQL_URL = os.environ.get('CYBORG_TEST_MYSQL_URL',
@@ -305,16 +305,9 @@ def run_tempest(workspace: pathlib.Path, regex: str,
 def _unreachable() -> list[str]:
     """Which of the database and broker servers do not accept a
     connection."""
-    missing = []
-    for name, url in (('MariaDB', MYSQL_URL), ('RabbitMQ', RABBIT_URL)):
-        parsed = urllib.parse.urlsplit(url)
-        port = parsed.port or (3306 if name == 'MariaDB' else 5672)
-        try:
-            socket.create_connection((parsed.hostname or '127.0.0.1', port),
-                                     timeout=5).close()
-        except OSError:
-            missing.append(f'{name} ({parsed.hostname}:{port})')
-    return missing
+    return [name for name, url, port in (
+        ('MariaDB', MYSQL_URL, 3306), ('RabbitMQ', RABBIT_URL, 5672))
+        if not utils.port_open(url, port)]
 
 
 def main() -> int:

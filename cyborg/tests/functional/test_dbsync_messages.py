@@ -8,6 +8,7 @@ import pytest
 
 from cyborg.db import migration
 from cyborg.tests import conftest
+from cyborg.tests import utils
 
 _EXAMPLES = ('mysql+pymysql://USER:PASSWORD@HOST/cyborg, '
              'postgresql+psycopg2://USER:PASSWORD@HOST/cyborg or '
@@ -81,7 +82,7 @@ def test_password_is_not_shown(tmp_path):
 
 
 def test_missing_database_on_a_real_server(tmp_path):
-    if not conftest._port_open(conftest.MYSQL_URL, 3306):
+    if not utils.port_open(conftest.MYSQL_URL, 3306):
         conftest.unavailable('mysql', f'nothing listens at '
                                       f'{conftest.MYSQL_URL}')
     url = conftest.MYSQL_URL.rstrip('/') + '/cyborg_test_does_not_exist'
