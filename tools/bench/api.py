@@ -210,6 +210,18 @@ def _start(module: str, conf_file: str, log: str) -> subprocess.Popen:
         start_new_session=True)
 
 
+def stop(procs: list[subprocess.Popen]) -> None:
+    """Stop the services: SIGTERM to all, then SIGKILL to the session of
+    any that has not ended within 30 s."""
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 def _wait_http(base: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -367,13 +379,7 @@ def run(n: int, clients: int, workers: int, conductors: int, warmup: int,
             raise SystemExit(f'Nova heard of {events} binds, not '
                              f'{warmup + n}')
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop(procs)
         nova.stop()
         _admin(db_server, f'DROP DATABASE {db_name}')
 

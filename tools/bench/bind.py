@@ -16,7 +16,6 @@ import argparse
 import concurrent.futures
 import math
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -205,13 +204,7 @@ def run(n: int, clients: int, batch: int, conductors: int, devices: int,
                              'not hear of every one')
     finally:
         rpc.cleanup()
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        api.stop(procs)
         nova.stop()
         engine.dispose()
         api._admin(db_server, f'DROP DATABASE {db_name}')
