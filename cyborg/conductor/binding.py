@@ -1,6 +1,6 @@
 """Binding accelerator requests, and telling Nova when a bind ended.
 
-A PATCH is applied in one transaction (``arqs.apply_patch``): instant
+A PATCH is applied in one transaction (``arq_bindings.apply_patch``): instant
 binds (PCI, TEST_PCI handles) end there, Bound or BindFailed. Binds that
 need the device's host (programming an FPGA, creating a vGPU) are left
 BindStarted; a worker thread asks the host's agent, within
@@ -24,7 +24,7 @@ from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import exception
 from cyborg.common import glance_client
 from cyborg.common import nova_client
-from cyborg.db.api import arqs
+from cyborg.db.api import arq_bindings
 
 LOG = logging.getLogger(__name__)
 
@@ -63,13 +63,14 @@ class Binder:
 
     def apply_patch(self, context: cyborg_context.RequestContext,
                     binds: dict[str, dict[str, Any]], unbinds: list[str]
-                    ) -> arqs.BindBatch:
+                    ) -> arq_bindings.BindBatch:
         failed = []
         if unbinds:
-            for holder in arqs.device_side_handles(context, uuids=unbinds):
+            for holder in arq_bindings.device_side_handles(
+                    context, uuids=unbinds):
                 if not self._remove_device_side(context, holder):
                     failed.append(holder['arq_uuid'])
-        batch = arqs.apply_patch(context, binds, unbinds, failed)
+        batch = arq_bindings.apply_patch(context, binds, unbinds, failed)
         if batch.resolved:
             self.executor.submit(self._notify, batch.resolved,
                                  batch.instances)
@@ -84,13 +85,14 @@ class Binder:
         A host that cannot be reached is logged, not fatal: the instance
         is going away and Nova retries deletes it sees fail.
         """
-        holders = arqs.device_side_handles(context, uuids=uuids,
+        holders = arq_bindings.device_side_handles(context, uuids=uuids,
                                            instance_uuid=instance_uuid)
         if holders:
-            arqs.mark_deleting(context, [h['arq_uuid'] for h in holders])
+            arq_bindings.mark_deleting(
+                context, [h['arq_uuid'] for h in holders])
             for holder in holders:
                 self._remove_device_side(context, holder)
-        return arqs.delete(context, uuids, instance_uuid)
+        return arq_bindings.delete(context, uuids, instance_uuid)
 
     def _remove_device_side(self, context: cyborg_context.RequestContext,
                             holder: dict[str, Any]) -> bool:
@@ -137,7 +139,8 @@ class Binder:
                 else:
                     succeeded.append(job['arq_uuid'])
         try:
-            ended = arqs.finish_binds(context, succeeded, failed, bitstreams)
+            ended = arq_bindings.finish_binds(context, succeeded, failed,
+                                              bitstreams)
         except Exception:
             LOG.exception('Cannot record the end of binds %s; they will '
                           'fail after [conductor] bind_timeout.',
@@ -169,7 +172,7 @@ class Binder:
             bitstream = self.glance.find_by_function(job['function_id']).id
         if bitstream == job['loaded_bitstream_id']:
             return None
-        busy = arqs.handles_in_use(context, job['deployable_id'],
+        busy = arq_bindings.handles_in_use(context, job['deployable_id'],
                                    [j['attach_handle_uuid'] for j in group])
         if busy:
             raise exception.DeviceActionError(
@@ -210,10 +213,10 @@ class Binder:
         context = cyborg_context.get_admin_context()
         cutoff = timeutils.utcnow() - datetime.timedelta(
             seconds=self.timeout * 1.5 + 30)
-        stale = arqs.stale_binds(context, cutoff)
+        stale = arq_bindings.stale_binds(context, cutoff)
         if not stale:
             return
-        ended = arqs.finish_binds(context, [], list(stale))
+        ended = arq_bindings.finish_binds(context, [], list(stale))
         LOG.warning('Accelerator request(s) %s were binding for longer '
                     'than [conductor] bind_timeout; they failed.',
                     ', '.join(sorted(ended)))

@@ -7,6 +7,7 @@ import sqlalchemy as sa
 from cyborg import context as cyborg_context
 from cyborg.accelerator.drivers import fake
 from cyborg.db import models
+from cyborg.db.api import arq_bindings
 from cyborg.db.api import arqs
 from cyborg.db.api import device_profiles
 from cyborg.db.api import inventory
@@ -36,7 +37,7 @@ def test_parallel_binds_take_distinct_handles(conf, db_engine):
         binding = {'hostname': 'node1',
                    'device_rp_uuid': deployable['rp_uuid'],
                    'instance_uuid': str(uuid.uuid4())}
-        return arqs.apply_patch(cyborg_context.get_admin_context(),
+        return arq_bindings.apply_patch(cyborg_context.get_admin_context(),
                                 {arq_uuid: binding}, []).states[arq_uuid]
 
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:

@@ -21,6 +21,7 @@ from cyborg.conductor import binding
 from cyborg.conductor import manager as conductor_manager
 from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.db import models
+from cyborg.db.api import arq_bindings
 from cyborg.db.api import arqs
 from cyborg.db.api import inventory
 from cyborg.db.api import providers
@@ -254,7 +255,7 @@ def test_binds_of_a_stopped_conductor_fail_after_the_timeout(stack):
     instance = str(uuid.uuid4())
     # A bind left BindStarted, as by a conductor that stopped mid-way:
     # the database alone, no conductor to finish it.
-    batch = arqs.apply_patch(ctx, {arq['uuid']: {
+    batch = arq_bindings.apply_patch(ctx, {arq['uuid']: {
         'hostname': stack.hostname, 'device_rp_uuid': rp,
         'instance_uuid': instance}}, [])
     assert batch.states == {arq['uuid']: 'BindStarted'}

@@ -8,6 +8,7 @@ from cyborg.accelerator.drivers import fake
 from cyborg.common import placement_client
 from cyborg.conductor import manager as conductor_manager
 from cyborg.conductor import placement_sync
+from cyborg.db.api import arq_bindings
 from cyborg.db.api import arqs
 from cyborg.db.api import device_profiles
 from cyborg.db.api import inventory
@@ -217,7 +218,7 @@ def test_missing_device_held_by_a_request_is_reserved_then_removed(
     device_profiles.create(ctx, {'name': f'dp-{node["name"]}',
                                  'groups': [{'resources:FPGA': '1'}]})
     arq = arqs.create(ctx, f'dp-{node["name"]}', 'p1')[0]
-    batch = arqs.apply_patch(ctx, {arq['uuid']: {
+    batch = arq_bindings.apply_patch(ctx, {arq['uuid']: {
         'hostname': node['name'], 'device_rp_uuid': provider.uuid,
         'instance_uuid': str(uuid.uuid4())}}, [])
     assert batch.states[arq['uuid']] == 'Bound'
@@ -225,7 +226,7 @@ def test_missing_device_held_by_a_request_is_reserved_then_removed(
     sync.sync_host(node['name'])
     assert placement.inventories(provider.uuid)['FPGA']['reserved'] == 4
     # Released: the periodic pass drops the device and its provider.
-    arqs.delete(ctx, [arq['uuid']])
+    arq_bindings.delete(ctx, [arq['uuid']])
     sync.sync_pending()
     assert placement.tree(node['uuid']) == {}
     assert inventory.get_host_devices(ctx, conf.host) == []
