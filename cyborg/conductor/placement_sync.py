@@ -22,7 +22,6 @@ from oslo_config import cfg
 from cyborg import context as cyborg_context
 from cyborg.common import exception
 from cyborg.common import placement_client
-from cyborg.db.api import inventory
 from cyborg.db.api import providers
 
 LOG = logging.getLogger(__name__)
@@ -74,7 +73,7 @@ class PlacementSync:
         """Finish what earlier passes could not, each host on its own
         backoff; remove deployables that are gone and no longer held."""
         context = cyborg_context.get_admin_context()
-        inventory.purge_released(context)
+        providers.purge_released(context)
         now = self.clock()
         for hostname in providers.pending_hostnames(context):
             if self._retry_at.get(hostname, 0) > now:

@@ -397,7 +397,8 @@ def _unsynced(w: _Writer, dep: _DeployableRows) -> None:
 
 def _mark_missing(w: _Writer, dep: _DeployableRows) -> None:
     """The host no longer has it but a request holds it: placement will
-    reserve all of it until the request lets go (see purge_released)."""
+    reserve all of it until the request lets go (see
+    providers.purge_released)."""
     if dep.row.missing_since is None:
         w.update(models.Deployable, dep.row,
                  {'missing_since': timeutils.utcnow(), 'rp_synced': None})
@@ -484,43 +485,3 @@ def get_host_devices(context: cyborg_context.RequestContext, host: str
     devices = [_device_dict(device) for device in rows.devices.values()]
     devices.sort(key=lambda d: canonical_json(d['controlpath_id']))
     return devices
-
-
-@writer
-def purge_released(context: cyborg_context.RequestContext) -> int:
-    """Delete deployables their host no longer has, now that no request
-    holds them, and devices left with none; returns how many deployables.
-
-    Their providers are queued for removal from placement.
-    """
-    session = context.session
-    dep, handle = models.Deployable, models.AttachHandle
-    arq = models.AcceleratorRequest
-    held = sa.select(arq.deployable_id).where(arq.deployable_id.is_not(None))
-    busy = sa.select(handle.deployable_id).where(handle.in_use.is_(True))
-    rows = session.execute(
-        sa.select(dep.id, dep.rp_uuid, dep.device_id, models.Device.hostname)
-        .join(models.Device)
-        .where(dep.missing_since.is_not(None), dep.id.not_in(held),
-               dep.id.not_in(busy))).all()
-    if not rows:
-        return 0
-    ids = [r.id for r in rows]
-    providers.add_removals(session, {r.rp_uuid: r.hostname for r in rows
-                                     if r.rp_uuid})
-    session.execute(sa.delete(models.Attribute).where(
-        models.Attribute.deployable_id.in_(ids)))
-    session.execute(sa.delete(handle).where(handle.deployable_id.in_(ids)))
-    session.execute(sa.delete(dep).where(dep.id.in_(ids)))
-    emptied = set(session.scalars(
-        sa.select(models.Device.id).where(
-            models.Device.id.in_({r.device_id for r in rows}),
-            ~sa.exists().where(dep.device_id == models.Device.id))))
-    if emptied:
-        session.execute(sa.delete(models.ControlpathID).where(
-            models.ControlpathID.device_id.in_(emptied)))
-        session.execute(sa.delete(models.Device).where(
-            models.Device.id.in_(emptied)))
-    LOG.info('Removed %d deployable(s) that their hosts no longer have, '
-             'now that no request holds them.', len(ids))
-    return len(ids)

@@ -8,6 +8,7 @@ to placement, so a host whose digests all match needs no placement call.
 import dataclasses
 import hashlib
 import json
+import logging
 from typing import Any
 
 import sqlalchemy as sa
@@ -17,6 +18,8 @@ from cyborg import context as cyborg_context
 from cyborg.db import models
 from cyborg.db.api import reader
 from cyborg.db.api import writer
+
+LOG = logging.getLogger(__name__)
 
 Dep = models.Deployable
 Device = models.Device
@@ -169,3 +172,43 @@ def add_removals(session: sa.orm.Session, entries: dict[str, str]) -> None:
 def queue_removals(context: cyborg_context.RequestContext,
                    entries: dict[str, str]) -> None:
     add_removals(context.session, entries)
+
+
+@writer
+def purge_released(context: cyborg_context.RequestContext) -> int:
+    """Delete deployables their host no longer has, now that no request
+    holds them, and devices left with none; returns how many deployables.
+
+    Their providers are queued for removal from placement.
+    """
+    session = context.session
+    dep, handle = models.Deployable, models.AttachHandle
+    arq = models.AcceleratorRequest
+    held = sa.select(arq.deployable_id).where(arq.deployable_id.is_not(None))
+    busy = sa.select(handle.deployable_id).where(handle.in_use.is_(True))
+    rows = session.execute(
+        sa.select(dep.id, dep.rp_uuid, dep.device_id, models.Device.hostname)
+        .join(models.Device)
+        .where(dep.missing_since.is_not(None), dep.id.not_in(held),
+               dep.id.not_in(busy))).all()
+    if not rows:
+        return 0
+    ids = [r.id for r in rows]
+    add_removals(session, {r.rp_uuid: r.hostname for r in rows
+                                     if r.rp_uuid})
+    session.execute(sa.delete(models.Attribute).where(
+        models.Attribute.deployable_id.in_(ids)))
+    session.execute(sa.delete(handle).where(handle.deployable_id.in_(ids)))
+    session.execute(sa.delete(dep).where(dep.id.in_(ids)))
+    emptied = set(session.scalars(
+        sa.select(models.Device.id).where(
+            models.Device.id.in_({r.device_id for r in rows}),
+            ~sa.exists().where(dep.device_id == models.Device.id))))
+    if emptied:
+        session.execute(sa.delete(models.ControlpathID).where(
+            models.ControlpathID.device_id.in_(emptied)))
+        session.execute(sa.delete(models.Device).where(
+            models.Device.id.in_(emptied)))
+    LOG.info('Removed %d deployable(s) that their hosts no longer have, '
+             'now that no request holds them.', len(ids))
+    return len(ids)
