@@ -10,6 +10,10 @@ conductors, the database and broker servers and the clients) of each
 phase. Binds post their events to a fake Nova in a process of its own:
 
     python tools/bench/api.py -n 100 1000 10000 -c 8 -w 2 --conductors 2
+
+``--server uwsgi`` serves the API as devstack deploys it, the WSGI module
+under uwsgi (``pip install uwsgi``; the ``bench`` tox env has it), instead
+of the ``cyborg-api`` command.
 """
 import argparse
 import collections
@@ -18,6 +22,7 @@ import glob
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -210,6 +215,33 @@ def _start(module: str, conf_file: str, log: str) -> subprocess.Popen:
         start_new_session=True)
 
 
+def _start_uwsgi(conf_file: str, port: int, workers: int, threads: int,
+                 log: str) -> subprocess.Popen:
+    """``cyborg.wsgi.api:application`` under uwsgi, as devstack runs it
+    (processes loading the application after the fork, threads, a master
+    that stops them on SIGTERM), on an HTTP/1.1 keep-alive socket."""
+    uwsgi = shutil.which('uwsgi', path=os.path.dirname(sys.executable)) \
+        or shutil.which('uwsgi')
+    if uwsgi is None:
+        raise SystemExit('--server uwsgi needs uwsgi: pip install uwsgi')
+    ini = os.path.join(os.path.dirname(conf_file), 'api-uwsgi.ini')
+    with open(ini, 'w') as f:
+        f.write(f"""[uwsgi]
+module = cyborg.wsgi.api:application
+http11-socket = 127.0.0.1:{port}
+processes = {workers}
+threads = {threads}
+master = true
+lazy-apps = true
+enable-threads = true
+die-on-term = true
+disable-logging = true
+env = OS_CYBORG_CONFIG_FILES={conf_file}
+""")
+    return subprocess.Popen([uwsgi, '--ini', ini], stdout=open(log, 'w'),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
 def stop(procs: list[subprocess.Popen]) -> None:
     """Stop the services: SIGTERM to all, then SIGKILL to the session of
     any that has not ended within 30 s."""
@@ -295,7 +327,8 @@ def write_config(path: str, sections: dict[str, dict],
 
 def run(n: int, clients: int, workers: int, conductors: int, warmup: int,
         db_server: str, transport: str,
-        options: list[tuple[str, str, str]]) -> None:
+        options: list[tuple[str, str, str]], server: str = 'cyborg-api'
+        ) -> None:
     db_name, url = _database(db_server)
     rp_uuid = _seed(url, max(n, warmup))
     port = _free_port()
@@ -317,8 +350,11 @@ def run(n: int, clients: int, workers: int, conductors: int, warmup: int,
     procs = [_start('cyborg.cmd.conductor', conf_file,
                     os.path.join(tmp, f'conductor-{i}.log'))
              for i in range(conductors)]
-    procs.append(_start('cyborg.cmd.api', conf_file,
-                        os.path.join(tmp, 'api.log')))
+    api_log = os.path.join(tmp, 'api.log')
+    procs.append(_start_uwsgi(conf_file, port, workers,
+                              int(sections['api']['threads']), api_log)
+                 if server == 'uwsgi'
+                 else _start('cyborg.cmd.api', conf_file, api_log))
     sessions = {nova.proc.pid: 'Nova', procs[-1].pid: 'API'}
     sessions.update((proc.pid, 'conductors') for proc in procs[:-1])
     base = f'http://127.0.0.1:{port}/v2'
@@ -329,7 +365,7 @@ def run(n: int, clients: int, workers: int, conductors: int, warmup: int,
             body=[{'name': 'bench', 'groups': [{'resources:FPGA': '1'}]}])
         time.sleep(1)
         print(f'N={n} requests, {clients} clients, {workers} API '
-              f'worker process(es), {conductors} conductor(s); '
+              f'worker process(es) ({server}), {conductors} conductor(s); '
               f'calibration {calibration():.0f} ms:')
 
         def create(client, _):
@@ -398,6 +434,11 @@ def main() -> int:
     parser.add_argument('-c', '--clients', type=int, default=8)
     parser.add_argument('-w', '--workers', type=int, default=2,
                         help='cyborg-api worker processes (default: 2)')
+    parser.add_argument('--server', choices=('cyborg-api', 'uwsgi'),
+                        default='cyborg-api',
+                        help='what serves the API: the cyborg-api command '
+                             '(waitress) or uwsgi, as devstack deploys it '
+                             '(default: cyborg-api)')
     parser.add_argument('--conductors', type=int, default=2,
                         help='cyborg-conductor processes (default: 2)')
     parser.add_argument('--warmup', type=int, default=200,
@@ -417,7 +458,7 @@ def main() -> int:
         # this run's messages otherwise.
         with utils.virtual_host(args.transport_url, 'cyborg-bench') as url:
             run(n, args.clients, args.workers, args.conductors, args.warmup,
-                args.db_server, url, args.option)
+                args.db_server, url, args.option, args.server)
     return 0
 
 
