@@ -12,8 +12,7 @@ phase. Binds post their events to a fake Nova in a process of its own:
     python tools/bench/api.py -n 100 1000 10000 -c 8 -w 2 --conductors 2
 
 ``--server uwsgi`` serves the API as devstack deploys it, the WSGI module
-under uwsgi (``pip install uwsgi``; the ``bench`` tox env has it), instead
-of the ``cyborg-api`` command.
+under uwsgi (a test requirement), instead of the ``cyborg-api`` command.
 """
 import argparse
 import collections

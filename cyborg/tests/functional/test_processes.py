@@ -1,5 +1,7 @@
 """The real cyborg-conductor and cyborg-agent processes over RabbitMQ."""
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -189,3 +191,75 @@ def test_api_worker_processes_share_one_port(tmp_path):
     assert not [w for w in workers if _alive(w)], (
         'a worker outlived the supervisor')
     assert 'exited (status' in (tmp_path / 'api.log').read_text()
+
+
+def _request(url, method='GET', body=None, token='admin'):
+    request = urllib.request.Request(
+        url, method=method, data=body,
+        headers={'X-Auth-Token': token, 'Content-Type': 'application/json'})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return response.status, response.read()
+
+
+@pytest.mark.parametrize('backend', ['mysql'], indirect=True)
+def test_wsgi_module_under_uwsgi(tmp_path, rabbit_url, db_engine,
+                                 empty_db_url):
+    """The WSGI application as devstack and the install guide run it:
+    uwsgi processes that load it after the fork, their configuration
+    named by OS_CYBORG_CONFIG_FILES, writes going to a conductor."""
+    uwsgi = shutil.which('uwsgi', path=os.path.dirname(sys.executable))
+    if uwsgi is None:
+        pytest.skip('uwsgi is not installed (test-requirements.txt)')
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    conf_file = _write_conf(
+        tmp_path / 'cyborg.conf',
+        DEFAULT={'transport_url': rabbit_url,
+                 'control_exchange': f'cyborg-test-{uuid.uuid4().hex[:8]}'},
+        database={'connection': empty_db_url},
+        api={'auth_strategy': 'noauth'})
+    ini = tmp_path / 'api-uwsgi.ini'
+    ini.write_text(f"""[uwsgi]
+module = cyborg.wsgi.api:application
+http11-socket = 127.0.0.1:{port}
+processes = 2
+threads = 4
+master = true
+lazy-apps = true
+enable-threads = true
+die-on-term = true
+env = OS_CYBORG_CONFIG_FILES={conf_file}
+""")
+    conductor = _start('cyborg.cmd.conductor', conf_file,
+                       tmp_path / 'conductor.log')
+    api = subprocess.Popen([uwsgi, '--ini', str(ini)],
+                           stdout=open(tmp_path / 'api.log', 'w'),
+                           stderr=subprocess.STDOUT)
+    base = f'http://127.0.0.1:{port}/v2'
+    try:
+        _wait(lambda: _get(base) == 200, what='uwsgi to answer')
+        profile = json.dumps([{'name': 'uwsgi-dp',
+                               'groups': [{'resources:FPGA': '1'}]}])
+        status, _ = _request(f'{base}/device_profiles', 'POST',
+                             profile.encode())
+        assert status == 201
+        # Every process answers, each with its own pool and transport.
+        for _ in range(8):
+            status, body = _request(f'{base}/device_profiles?name=uwsgi-dp')
+            assert status == 200
+            assert [p['name'] for p in json.loads(body)[
+                'device_profiles']] == ['uwsgi-dp']
+        for _ in range(4):
+            status, body = _request(f'{base}/accelerator_requests', 'POST',
+                                    b'{"device_profile_name": "uwsgi-dp"}')
+            assert status == 201
+        status, body = _request(f'{base}/accelerator_requests')
+        assert len(json.loads(body)['arqs']) == 4
+    finally:
+        api_code = _stop(api)
+        _stop(conductor)
+    log = (tmp_path / 'api.log').read_text()
+    assert api_code == 0, log
+    assert 'Traceback' not in log, log
+    assert log.count('WSGI app 0 (mountpoint=\'\') ready') == 2, log
