@@ -29,6 +29,17 @@ UNBINDABLE = ('Initial', 'BindStarted', 'Bound', 'BindFailed',
               'UnbindFailed', 'Unbound')
 
 
+# Where this process's next search for a free handle of each deployable
+# starts: just past the handle it took last. A handle taken leaves behind
+# an index entry for (deployable, free) that InnoDB keeps, delete-marked,
+# until its purge thread gets to it; a search from the lowest id steps
+# over every such entry, so under a steady stream of binds each bind cost
+# more than the one before (MariaDB's CPU time per bind went from 1.4 to
+# 4.7 ms over 10,000 binds to one deployable). Only a hint: a search that
+# finds nothing past it starts over from the lowest id.
+_search_from: dict[int, int] = {}
+
+
 def _take_handle(session: sa.orm.Session, deployable_id: int
                  ) -> sa.engine.Row | None:
     """Mark a free attach handle of the deployable in use; its id or None.
@@ -38,24 +49,32 @@ def _take_handle(session: sa.orm.Session, deployable_id: int
     scan returns, so finding nothing there is not the final word: the slow
     path waits for the handle's holder and reads what is still free then.
     The UPDATE stays a compare-and-swap on ``in_use``, and a handle that
-    lost the race is not tried again, so the loop ends.
+    lost the race is not tried again, so the loop ends. The search starts
+    past the last handle this process took (see ``_search_from``), then,
+    if that finds none, from the first.
     """
     tried: list[int] = []
+    start = _search_from.get(deployable_id, 0)
     while True:
         free = (sa.select(AH.id, AH.uuid, AH.attach_type, AH.attach_info)
                 .where(AH.deployable_id == deployable_id,
-                       AH.in_use.is_(False), AH.id.not_in(tried))
+                       AH.in_use.is_(False), AH.id >= start,
+                       AH.id.not_in(tried))
                 .order_by(AH.id).limit(1))
         candidate = session.execute(
             free.with_for_update(skip_locked=True)).first()
         if candidate is None:
             candidate = session.execute(free.with_for_update()).first()
         if candidate is None:
+            if start:
+                start = 0
+                continue
             return None
         taken = session.execute(
             sa.update(AH).where(AH.id == candidate.id, AH.in_use.is_(False))
             .values(in_use=True)).rowcount
         if taken:
+            _search_from[deployable_id] = candidate.id + 1
             return candidate
         tried.append(candidate.id)
 

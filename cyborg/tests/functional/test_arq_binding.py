@@ -54,3 +54,48 @@ def test_parallel_binds_take_distinct_handles(conf, db_engine):
             models.AttachHandle.in_use.is_(True)))
     assert len(set(held)) == 10
     assert in_use == 10
+
+
+def test_search_starts_past_the_last_handle_taken_then_wraps(conf,
+                                                             db_engine):
+    arq_bindings._search_from.clear()
+    deployable = _seed(conf, handles=3)
+    ctx = cyborg_context.get_admin_context()
+
+    def bind():
+        arq = arqs.create(ctx, 'dp', 'p1')[0]['uuid']
+        binding = {'hostname': 'node1',
+                   'device_rp_uuid': deployable['rp_uuid'],
+                   'instance_uuid': str(uuid.uuid4())}
+        state = arq_bindings.apply_patch(ctx, {arq: binding}, []).states[arq]
+        with db_engine.connect() as conn:
+            handle = conn.scalar(
+                sa.select(models.AcceleratorRequest.attach_handle_id)
+                .where(models.AcceleratorRequest.uuid == arq))
+        return arq, state, handle
+
+    first, _, h1 = bind()
+    _, _, h2 = bind()
+    assert h2 > h1
+    # The first handle is free again, but the search goes on past h2.
+    arq_bindings.delete(ctx, uuids=[first])
+    _, _, h3 = bind()
+    assert h3 > h2
+    # Nothing is free past h3: the search starts over and finds h1.
+    _, state, again = bind()
+    assert (state, again) == ('Bound', h1)
+    _, state, none = bind()
+    assert (state, none) == ('BindFailed', None)
+    # A hint past every handle (another process took the last one) still
+    # finds a free handle below it.
+    with db_engine.connect() as conn:
+        deployable_id = conn.scalar(
+            sa.select(models.Deployable.id)
+            .where(models.Deployable.rp_uuid == deployable['rp_uuid']))
+    arq_bindings._search_from[deployable_id] = 10 ** 9
+    with db_engine.begin() as conn:
+        conn.execute(sa.update(models.AttachHandle)
+                     .where(models.AttachHandle.id == h2)
+                     .values(in_use=False))
+    _, state, found = bind()
+    assert (state, found) == ('Bound', h2)
