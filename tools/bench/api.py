@@ -17,6 +17,7 @@ under uwsgi (a test requirement), instead of the ``cyborg-api`` command.
 import argparse
 import collections
 import concurrent.futures
+import dataclasses
 import glob
 import http.client
 import json
@@ -264,9 +265,36 @@ def _wait_http(base: str, timeout: float = 60) -> None:
     raise SystemExit(f'{base} did not answer within {timeout}s')
 
 
-def _phase(name: str, base: str, func, items, clients: int,
-           report: bool = True, sessions: dict[int, str] | None = None
-           ) -> list:
+@dataclasses.dataclass
+class Measured:
+    """What the rounds of one phase took, added up."""
+
+    requests: int = 0
+    elapsed: float = 0.0
+    latencies: list[float] = dataclasses.field(default_factory=list)
+    cpu: collections.Counter = dataclasses.field(
+        default_factory=collections.Counter)
+
+    def print(self, name: str) -> None:
+        latencies = sorted(self.latencies)
+        q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 \
+            else latencies * 99
+        print(f'  {name:<18} {self.requests / self.elapsed:>8.0f} ops/s   '
+              f'p50 {q[49] * 1000:6.1f} ms  p95 {q[94] * 1000:6.1f} ms  '
+              f'p99 {q[98] * 1000:6.1f} ms')
+        if self.cpu:
+            per_op = 1000 / self.requests
+            print('  ' + ' ' * 18 + ' CPU ms per op: ' + ', '.join(
+                f'{label} {seconds * per_op:.1f}'
+                for label, seconds in self.cpu.most_common())
+                + f' (all {sum(self.cpu.values()) * per_op:.1f})')
+
+
+def _phase(base: str, func, items, clients: int,
+           measured: Measured | None = None,
+           sessions: dict[int, str] | None = None) -> list:
+    """``func(client, item)`` for each item, ``clients`` at a time; what it
+    took is added to ``measured``."""
     local = threading.local()
 
     def timed(item):
@@ -283,19 +311,11 @@ def _phase(name: str, base: str, func, items, clients: int,
         outcomes = list(pool.map(timed, items))
     elapsed = time.perf_counter() - start
     cpu = cpu_used(sessions or {}) - cpu
-    if not report:
-        return [r for _, r in outcomes]
-    latencies = sorted(t for t, _ in outcomes)
-    q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else (
-        latencies * 99)
-    print(f'  {name:<18} {len(items) / elapsed:>8.0f} ops/s   '
-          f'p50 {q[49] * 1000:6.1f} ms  p95 {q[94] * 1000:6.1f} ms  '
-          f'p99 {q[98] * 1000:6.1f} ms')
-    if cpu:
-        print('  ' + ' ' * 18 + ' CPU ms per op: ' + ', '.join(
-            f'{label} {seconds * 1000 / len(items):.1f}'
-            for label, seconds in cpu.most_common())
-            + f' (all {sum(cpu.values()) * 1000 / len(items):.1f})')
+    if measured is not None:
+        measured.requests += len(outcomes)
+        measured.elapsed += elapsed
+        measured.latencies.extend(t for t, _ in outcomes)
+        measured.cpu.update(cpu)
     return [r for _, r in outcomes]
 
 
@@ -326,8 +346,8 @@ def write_config(path: str, sections: dict[str, dict],
 
 def run(n: int, clients: int, workers: int, conductors: int, warmup: int,
         db_server: str, transport: str,
-        options: list[tuple[str, str, str]], server: str = 'cyborg-api'
-        ) -> None:
+        options: list[tuple[str, str, str]], server: str = 'cyborg-api',
+        min_requests: int = 1000) -> None:
     db_name, url = _database(db_server)
     rp_uuid = _seed(url, max(n, warmup))
     port = _free_port()
@@ -395,24 +415,34 @@ def run(n: int, clients: int, workers: int, conductors: int, warmup: int,
             client.request('DELETE', '/accelerator_requests',
                            params={'instance': instance}, expect=204)
 
-        def cycle(count: int, report: bool) -> None:
-            arqs = _phase('create', base, create, range(count), clients,
-                          report, sessions)
-            instances = _phase('bind', base, bind, arqs, clients, report,
-                               sessions)
-            _phase('list-by-instance', base, list_by_instance, instances,
-                   clients, report, sessions)
-            _phase('delete-by-instance', base, delete, instances, clients,
-                   report, sessions)
+        phases = {'create': create, 'bind': bind,
+                  'list-by-instance': list_by_instance,
+                  'delete-by-instance': delete}
+
+        def cycle(count: int, measured: dict[str, Measured] | None
+                  ) -> None:
+            items = range(count)
+            for name, func in phases.items():
+                items = _phase(base, func, items, clients,
+                               measured and measured[name], sessions)
 
         # Unmeasured: connection pools, caches and the first message
         # exchanges, so that a small N measures the same steady state.
-        cycle(warmup, report=False)
-        cycle(n, report=True)
-        events = nova.wait_events(warmup + n)
-        if events != warmup + n:
-            raise SystemExit(f'Nova heard of {events} binds, not '
-                             f'{warmup + n}')
+        cycle(warmup, None)
+        # A cycle deletes what it creates: rounds of N requests keep the
+        # database at N, and a small N is measured over enough requests.
+        rounds = max(1, -(-min_requests // n))
+        measured = {name: Measured() for name in phases}
+        for _ in range(rounds):
+            cycle(n, measured)
+        if rounds > 1:
+            print(f'  ({rounds} rounds of {n} requests)')
+        for name, result in measured.items():
+            result.print(name)
+        total = warmup + n * rounds
+        events = nova.wait_events(total)
+        if events != total:
+            raise SystemExit(f'Nova heard of {events} binds, not {total}')
     finally:
         stop(procs)
         nova.stop()
@@ -443,6 +473,10 @@ def main() -> int:
     parser.add_argument('--warmup', type=int, default=200,
                         help='requests run through every phase, unmeasured, '
                              'before the measured ones (default: 200)')
+    parser.add_argument('--min-requests', type=int, default=1000,
+                        help='with N below this, the N-request cycle runs '
+                             'again until every phase has measured at least '
+                             'this many requests (default: 1000)')
     parser.add_argument('--db-server', default='mysql+pymysql://root@'
                                                '127.0.0.1:3306/')
     parser.add_argument('--transport-url',
@@ -457,7 +491,8 @@ def main() -> int:
         # this run's messages otherwise.
         with utils.virtual_host(args.transport_url, 'cyborg-bench') as url:
             run(n, args.clients, args.workers, args.conductors, args.warmup,
-                args.db_server, url, args.option, args.server)
+                args.db_server, url, args.option, args.server,
+                args.min_requests)
     return 0
 
 
