@@ -51,7 +51,7 @@ def _take_handle(session: sa.orm.Session, deployable_id: int
     The UPDATE stays a compare-and-swap on ``in_use``, and a handle that
     lost the race is not tried again, so the loop ends. The search starts
     past the last handle this process took (see ``_search_from``), then,
-    if that finds none, from the first.
+    if the fast path finds none there, from the first.
     """
     tried: list[int] = []
     start = _search_from.get(deployable_id, 0)
@@ -63,12 +63,14 @@ def _take_handle(session: sa.orm.Session, deployable_id: int
                 .order_by(AH.id).limit(1))
         candidate = session.execute(
             free.with_for_update(skip_locked=True)).first()
+        if candidate is None and start:
+            # Nothing free past the hint: search again from the first
+            # handle, and wait for holders only on that search.
+            start = 0
+            continue
         if candidate is None:
             candidate = session.execute(free.with_for_update()).first()
         if candidate is None:
-            if start:
-                start = 0
-                continue
             return None
         taken = session.execute(
             sa.update(AH).where(AH.id == candidate.id, AH.in_use.is_(False))
