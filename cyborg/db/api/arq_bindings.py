@@ -36,8 +36,29 @@ UNBINDABLE = ('Initial', 'BindStarted', 'Bound', 'BindFailed',
 # over every such entry, so under a steady stream of binds each bind cost
 # more than the one before (MariaDB's CPU time per bind went from 1.4 to
 # 4.7 ms over 10,000 binds to one deployable). Only a hint: a search that
-# finds nothing past it starts over from the lowest id.
+# finds nothing past it starts over from the lowest id. It moves when the
+# transaction that took the handle commits: a bind that is rolled back and
+# retried searches from where it did the first time.
 _search_from: dict[int, int] = {}
+_TAKEN = 'cyborg_handles_taken'
+
+
+def _note_taken(session: sa.orm.Session, deployable_id: int,
+                handle_id: int) -> None:
+    taken = session.info.get(_TAKEN)
+    if taken is None:
+        taken = session.info[_TAKEN] = {}
+        sa.event.listen(session, 'after_commit', _move_search_hints)
+        sa.event.listen(session, 'after_rollback', _drop_search_hints)
+    taken[deployable_id] = handle_id + 1
+
+
+def _move_search_hints(session: sa.orm.Session) -> None:
+    _search_from.update(session.info.pop(_TAKEN, {}))
+
+
+def _drop_search_hints(session: sa.orm.Session) -> None:
+    session.info.pop(_TAKEN, None)
 
 
 def _take_handle(session: sa.orm.Session, deployable_id: int
@@ -76,7 +97,7 @@ def _take_handle(session: sa.orm.Session, deployable_id: int
             sa.update(AH).where(AH.id == candidate.id, AH.in_use.is_(False))
             .values(in_use=True)).rowcount
         if taken:
-            _search_from[deployable_id] = candidate.id + 1
+            _note_taken(session, deployable_id, candidate.id)
             return candidate
         tried.append(candidate.id)
 

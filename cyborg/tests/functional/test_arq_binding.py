@@ -99,3 +99,19 @@ def test_search_starts_past_the_last_handle_taken_then_wraps(conf,
                      .values(in_use=False))
     _, state, found = bind()
     assert (state, found) == ('Bound', h2)
+    # The hint moves when the transaction that took a handle commits, not
+    # when it is rolled back (a bind retried after a deadlock searches
+    # from where it did the first time).
+    with db_engine.begin() as conn:
+        conn.execute(sa.update(models.AttachHandle)
+                     .where(models.AttachHandle.id == h3)
+                     .values(in_use=False))
+    before = dict(arq_bindings._search_from)
+    with sa.orm.Session(db_engine) as session:
+        assert arq_bindings._take_handle(session, deployable_id) is not None
+        session.rollback()
+    assert arq_bindings._search_from == before
+    with sa.orm.Session(db_engine) as session:
+        taken = arq_bindings._take_handle(session, deployable_id)
+        session.commit()
+    assert arq_bindings._search_from[deployable_id] == taken.id + 1
