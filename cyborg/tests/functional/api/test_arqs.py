@@ -94,6 +94,7 @@ def test_nova_bind_flow(api, seeded):
     info = arq['attach_handle_info']
     assert info == {'domain': '0000', 'bus': '0c', 'device': '00',
                     'function': '1'}
+    freed = arq['attach_handle_uuid']
     assert all(isinstance(v, str) for v in info.values())
     resolved = api.app.get(f'/v2/accelerator_requests?instance={INSTANCE}'
                            '&bind_state=resolved', headers=SERVICE).json
@@ -104,14 +105,24 @@ def test_nova_bind_flow(api, seeded):
                        headers=SERVICE, status=204)
     assert api.app.get('/v2/accelerator_requests',
                        headers=ADMIN).json['arqs'] == []
-    # The handle is free again.
-    again = _create(api)
-    api.app.patch_json('/v2/accelerator_requests',
-                       _bind_body(again, 'node1', seeded['rp_uuid']),
-                       headers=SERVICE, status=202)
-    arq = api.app.get(f'/v2/accelerator_requests/{again[0]["uuid"]}',
-                      headers=SERVICE).json
-    assert arq['attach_handle_info']['function'] == '1'
+    # The handle is free again: binds that take every handle of the
+    # deployable take it too (a search starts past the last handle taken,
+    # so it comes last).
+    handles = seeded['num_accelerators']
+    taken = []
+    for i in range(handles):
+        again = _create(api)
+        instance = f'00000000-0000-4000-8000-{i:012d}'
+        api.app.patch_json('/v2/accelerator_requests',
+                           _bind_body(again, 'node1', seeded['rp_uuid'],
+                                      instance),
+                           headers=SERVICE, status=202)
+        arq = api.app.get(f'/v2/accelerator_requests/{again[0]["uuid"]}',
+                          headers=SERVICE).json
+        assert arq['state'] == 'Bound'
+        taken.append(arq['attach_handle_uuid'])
+    assert len(set(taken)) == handles
+    assert taken[-1] == freed
 
 
 def test_sdk_patch_and_delete_on_the_item(api, seeded):
