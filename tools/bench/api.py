@@ -13,6 +13,8 @@ phase. Binds post their events to a fake Nova in a process of its own:
 
 ``--server uwsgi`` serves the API as devstack deploys it, the WSGI module
 under uwsgi (a test requirement), instead of the ``cyborg-api`` command.
+With N below ``--min-requests`` the cycle runs in rounds of N until each
+phase has measured that many requests.
 """
 import argparse
 import collections
