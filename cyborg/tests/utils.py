@@ -1,7 +1,10 @@
 """Helpers shared by tests."""
 import contextlib
+import os
+import shutil
 import socket
 import subprocess
+import sys
 import time
 import urllib.parse
 import uuid
@@ -86,3 +89,30 @@ def wait_for(check: Callable[[], T], what: str = 'a condition',
             raise AssertionError(f'timed out after {timeout:.0f}s waiting '
                                  f'for {what}')
         time.sleep(interval)
+
+
+def uwsgi_command(ini: str, conf_file: str, port: int, processes: int,
+                  threads: int) -> list[str] | None:
+    """The command serving ``cyborg.wsgi.api:application`` under uwsgi as
+    devstack runs it (processes that load the application after the
+    fork, threads, a master that stops them on SIGTERM) on an HTTP/1.1
+    keep-alive socket of 127.0.0.1, its configuration written to
+    ``ini``; None when uwsgi is not installed."""
+    uwsgi = (shutil.which('uwsgi', path=os.path.dirname(sys.executable))
+             or shutil.which('uwsgi'))
+    if uwsgi is None:
+        return None
+    with open(ini, 'w') as f:
+        f.write(f"""[uwsgi]
+module = cyborg.wsgi.api:application
+http11-socket = 127.0.0.1:{port}
+processes = {processes}
+threads = {threads}
+master = true
+lazy-apps = true
+enable-threads = true
+die-on-term = true
+disable-logging = true
+env = OS_CYBORG_CONFIG_FILES={conf_file}
+""")
+    return [uwsgi, '--ini', ini]

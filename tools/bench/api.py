@@ -24,7 +24,6 @@ import glob
 import http.client
 import json
 import os
-import shutil
 import signal
 import socket
 import statistics
@@ -219,28 +218,12 @@ def _start(module: str, conf_file: str, log: str) -> subprocess.Popen:
 
 def _start_uwsgi(conf_file: str, port: int, workers: int, threads: int,
                  log: str) -> subprocess.Popen:
-    """``cyborg.wsgi.api:application`` under uwsgi, as devstack runs it
-    (processes loading the application after the fork, threads, a master
-    that stops them on SIGTERM), on an HTTP/1.1 keep-alive socket."""
-    uwsgi = shutil.which('uwsgi', path=os.path.dirname(sys.executable)) \
-        or shutil.which('uwsgi')
-    if uwsgi is None:
+    command = utils.uwsgi_command(
+        os.path.join(os.path.dirname(conf_file), 'api-uwsgi.ini'),
+        conf_file, port, workers, threads)
+    if command is None:
         raise SystemExit('--server uwsgi needs uwsgi: pip install uwsgi')
-    ini = os.path.join(os.path.dirname(conf_file), 'api-uwsgi.ini')
-    with open(ini, 'w') as f:
-        f.write(f"""[uwsgi]
-module = cyborg.wsgi.api:application
-http11-socket = 127.0.0.1:{port}
-processes = {workers}
-threads = {threads}
-master = true
-lazy-apps = true
-enable-threads = true
-die-on-term = true
-disable-logging = true
-env = OS_CYBORG_CONFIG_FILES={conf_file}
-""")
-    return subprocess.Popen([uwsgi, '--ini', ini], stdout=open(log, 'w'),
+    return subprocess.Popen(command, stdout=open(log, 'w'),
                             stderr=subprocess.STDOUT, start_new_session=True)
 
 

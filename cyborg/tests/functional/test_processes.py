@@ -1,7 +1,6 @@
 """The real cyborg-conductor and cyborg-agent processes over RabbitMQ."""
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -16,6 +15,7 @@ from cyborg import context as cyborg_context
 from cyborg.db import migration
 from cyborg.db.api import inventory
 from cyborg.db.api import services
+from cyborg.tests import utils
 
 
 def _write_conf(path, **sections):
@@ -207,9 +207,6 @@ def test_wsgi_module_under_uwsgi(tmp_path, rabbit_url, db_engine,
     """The WSGI application as devstack and the install guide run it:
     uwsgi processes that load it after the fork, their configuration
     named by OS_CYBORG_CONFIG_FILES, writes going to a conductor."""
-    uwsgi = shutil.which('uwsgi', path=os.path.dirname(sys.executable))
-    if uwsgi is None:
-        pytest.skip('uwsgi is not installed (test-requirements.txt)')
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))
         port = s.getsockname()[1]
@@ -219,21 +216,13 @@ def test_wsgi_module_under_uwsgi(tmp_path, rabbit_url, db_engine,
                  'control_exchange': f'cyborg-test-{uuid.uuid4().hex[:8]}'},
         database={'connection': empty_db_url},
         api={'auth_strategy': 'noauth'})
-    ini = tmp_path / 'api-uwsgi.ini'
-    ini.write_text(f"""[uwsgi]
-module = cyborg.wsgi.api:application
-http11-socket = 127.0.0.1:{port}
-processes = 2
-threads = 4
-master = true
-lazy-apps = true
-enable-threads = true
-die-on-term = true
-env = OS_CYBORG_CONFIG_FILES={conf_file}
-""")
+    command = utils.uwsgi_command(str(tmp_path / 'api-uwsgi.ini'),
+                                  conf_file, port, 2, 4)
+    if command is None:
+        pytest.skip('uwsgi is not installed (test-requirements.txt)')
     conductor = _start('cyborg.cmd.conductor', conf_file,
                        tmp_path / 'conductor.log')
-    api = subprocess.Popen([uwsgi, '--ini', str(ini)],
+    api = subprocess.Popen(command,
                            stdout=open(tmp_path / 'api.log', 'w'),
                            stderr=subprocess.STDOUT)
     base = f'http://127.0.0.1:{port}/v2'
