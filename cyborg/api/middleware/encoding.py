@@ -90,8 +90,4 @@ class Utf8Check:
                            'encoded as UTF-8.')
         if problem is None:
             return self.app(environ, start_response)
-        body = errors.error_body(400, problem)
-        start_response('400 Bad Request',
-                       [('Content-Type', 'application/json'),
-                        ('Content-Length', str(len(body)))])
-        return [body]
+        return errors.http_error(400, problem)(environ, start_response)
