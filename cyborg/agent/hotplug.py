@@ -1,14 +1,19 @@
-"""PCI hot-plug: udev events that make the agent report at once.
+"""PCI hot-plug: device events that make the agent report at once.
 
 A reader thread takes ``(action, device)`` pairs from an event source -
-udev's netlink socket filtered on subsystem ``pci`` on a host, any
-iterable in tests - and a second thread turns each burst of relevant
-events into one call of ``trigger`` (the agent-report task's ``trigger``):
-the first event opens a window of ``debounce`` seconds, the events inside
-it are folded in, and ``trigger`` runs when it closes. The discovery pass
-that follows decides, as always, whether anything is sent.
+a netlink socket filtered on subsystem ``pci`` on a host, any iterable in
+tests - and a second thread turns each burst of relevant events into one
+call of ``trigger`` (the agent-report task's ``trigger``): the first event
+opens a window of ``debounce`` seconds, the events inside it are folded
+in, and ``trigger`` runs when it closes. The discovery pass that follows
+decides, as always, whether anything is sent.
+
+The socket listens to udevd, which passes each kernel uevent on once its
+rules have run, or, where udevd does not run (containers, minimal hosts),
+to the kernel's uevents themselves: udevd would never send anything there.
 """
 import logging
+import os
 import threading
 from collections.abc import Callable
 from collections.abc import Iterable
@@ -27,12 +32,29 @@ Event = tuple[str, Any]
 _POLL_SECONDS = 1.0
 
 
-def open_udev(stopping: threading.Event) -> Iterator[Event]:
-    """Listen to udev for PCI events; raises OSError, ImportError or
-    ValueError at once when that is impossible here."""
-    # pyudev loads libudev here, and ImportError says it is missing.
-    context = pyudev.Context()
-    monitor = pyudev.Monitor.from_netlink(context)
+def netlink_sources(context: pyudev.Context) -> list[str]:
+    """The netlink sources to try, best first.
+
+    udevd passes a uevent on once its rules have run (the device is ready
+    and has its udev properties), but only where udevd runs, which its
+    control socket shows: systemd's own device monitor makes the same
+    test. The kernel sends its uevents whether udevd runs or not, into
+    the host's network namespaces and those of containers that share the
+    host's user namespace.
+    """
+    if os.path.exists(os.path.join(context.run_path, 'control')):
+        return ['udev', 'kernel']
+    return ['kernel']
+
+
+def listen(context: pyudev.Context, source: str,
+           stopping: threading.Event) -> Iterator[Event]:
+    """PCI events from ``source`` ('udev' or 'kernel') until ``stopping``
+    is set; raises OSError at once when the socket cannot be opened."""
+    monitor = pyudev.Monitor.from_netlink(context, source=source)
+    # The socket filter libudev builds from this reads udevd's header and
+    # lets kernel uevents, which have none, through; libudev checks their
+    # subsystem when it receives them, so both sources yield PCI only.
     monitor.filter_by('pci')
     monitor.start()
 
@@ -45,10 +67,46 @@ def open_udev(stopping: threading.Event) -> Iterator[Event]:
     return events()
 
 
+def open_udev(stopping: threading.Event) -> Iterator[Event] | None:
+    """Listen for PCI events from the best source that opens; None, after
+    one warning, when none does (no libudev, no netlink socket, missing
+    permission)."""
+    errors: list[str] = []
+    try:
+        # pyudev loads libudev here, and ImportError says it is missing.
+        context = pyudev.Context()
+        candidates = netlink_sources(context)
+    except ImportError as exc:
+        errors.append(f'{type(exc).__name__}: {exc}')
+        candidates = []
+    for source in candidates:
+        try:
+            events = listen(context, source, stopping)
+        except OSError as exc:
+            errors.append(f'{source}: {type(exc).__name__}: {exc}')
+            continue
+        if source == 'udev':
+            LOG.debug('Watching udevd\'s PCI events.')
+        elif 'udev' in candidates:
+            LOG.info('Watching the kernel\'s PCI uevents, as udevd\'s could '
+                     'not be opened (%s).', '; '.join(errors))
+        else:
+            LOG.info('udevd does not run here (no %s); watching the '
+                     'kernel\'s PCI uevents, which come before any udev '
+                     'rule has run.',
+                     os.path.join(context.run_path, 'control'))
+        return events
+    LOG.warning('PCI hot-plug events are not available here (%s); added '
+                'and removed devices are found by the periodic discovery '
+                'pass only.', '; '.join(errors))
+    return None
+
+
 class HotplugMonitor:
     """Calls ``trigger`` once per burst of PCI hot-plug events.
 
-    ``events`` is the event source; None opens udev at ``start()``.
+    ``events`` is the event source; None opens a netlink socket at
+    ``start()`` (see ``open_udev``).
     """
 
     def __init__(self, trigger: Callable[[], None], debounce: float,
@@ -67,13 +125,8 @@ class HotplugMonitor:
         received here, in which case the periodic pass finds changes."""
         events = self._source
         if events is None:
-            try:
-                events = open_udev(self._stopping)
-            except (ImportError, OSError, ValueError) as exc:
-                LOG.warning('PCI hot-plug events are not available here '
-                            '(%s: %s); added and removed devices are found '
-                            'by the periodic discovery pass only.',
-                            type(exc).__name__, exc)
+            events = open_udev(self._stopping)
+            if events is None:
                 return False
         self._threads = [
             threading.Thread(target=self._read, args=(events,),

@@ -53,21 +53,24 @@ agent_opts = [
     cfg.BoolOpt(
         'hotplug',
         default=True,
-        help='Watch udev for PCI devices that are added, removed, bound to '
-             'or unbound from a driver, or changed, and run a discovery '
-             'pass (and a report, if the inventory changed) as soon as '
-             'they happen instead of waiting for the next periodic pass. '
-             'Where udev events cannot be received (a container without '
-             'the host\'s netlink socket, missing permission) the agent '
-             'logs a warning and relies on the periodic pass.'),
+        help='Watch for PCI devices that are added, removed, bound to or '
+             'unbound from a driver, or changed, and run a discovery pass '
+             '(and a report, if the inventory changed) as soon as they '
+             'happen instead of waiting for the next periodic pass. The '
+             'agent listens to udevd where udevd runs (its control socket '
+             '/run/udev/control exists), and to the kernel\'s uevents '
+             'otherwise, as in a container without udevd. Where neither '
+             'can be received (no netlink socket, missing permission) the '
+             'agent logs a warning and relies on the periodic pass.'),
     cfg.FloatOpt(
         'hotplug_debounce',
         default=2.0,
         min=0,
-        help='Seconds the agent waits after the first udev event of a burst '
-             'before it runs the discovery pass, so that a burst (creating '
-             '16 virtual functions gives dozens of events) causes one '
-             'report. Events during the wait are folded into that pass.'),
+        help='Seconds the agent waits after the first hot-plug event of a '
+             'burst before it runs the discovery pass, so that a burst '
+             '(creating 16 virtual functions gives dozens of events) causes '
+             'one report and, with kernel uevents, the devices have time to '
+             'get ready. Events during the wait are folded into that pass.'),
     cfg.StrOpt(
         'new_device_state',
         default='enabled',

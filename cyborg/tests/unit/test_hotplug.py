@@ -1,4 +1,5 @@
-"""PCI hot-plug events: one report per burst, and life without udev."""
+"""PCI hot-plug events: one report per burst, their source, and life
+without one."""
 import contextlib
 import errno
 import logging
@@ -145,14 +146,94 @@ def test_a_failing_trigger_does_not_stop_the_monitor(events, caplog):
         counter.wait_for(1)
 
 
+@pytest.fixture(params=[True, False], ids=['udevd', 'no-udevd'])
+def udevd(request, monkeypatch, tmp_path):
+    """Whether udevd runs here, as its control socket tells."""
+    if request.param:
+        (tmp_path / 'control').touch()
+    monkeypatch.setattr(pyudev.Context, 'run_path',
+                        property(lambda self: str(tmp_path)))
+    return request.param
+
+
+@pytest.fixture
+def netlink(monkeypatch):
+    """Records the sources opened; those in ``failing`` raise EPERM."""
+    real = pyudev.Monitor.from_netlink
+
+    class Netlink:
+        opened = []
+        failing = set()
+
+    def from_netlink(context, source='udev'):
+        Netlink.opened.append(source)
+        if source in Netlink.failing:
+            raise OSError(errno.EPERM, 'Operation not permitted')
+        return real(context, source=source)
+
+    monkeypatch.setattr(pyudev.Monitor, 'from_netlink', from_netlink)
+    return Netlink
+
+
+def test_the_source_is_udevd_where_it_runs_else_the_kernel(
+        udevd, netlink, caplog):
+    monitor = hotplug.HotplugMonitor(lambda: None, DEBOUNCE)
+    with caplog.at_level(logging.DEBUG, logger=hotplug.__name__):
+        assert monitor.start() is True
+    monitor.stop()
+    if udevd:
+        assert netlink.opened == ['udev']
+        assert "Watching udevd's PCI events" in caplog.text
+    else:
+        assert netlink.opened == ['kernel']
+        info = [r.getMessage() for r in caplog.records
+                if r.levelno == logging.INFO]
+        assert len(info) == 1
+        assert 'udevd does not run here' in info[0]
+        assert "kernel's PCI uevents" in info[0]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize('udevd', [True], indirect=True, ids=['udevd'])
+def test_the_kernel_serves_when_udevds_socket_fails(udevd, netlink, caplog):
+    netlink.failing.add('udev')
+    monitor = hotplug.HotplugMonitor(lambda: None, DEBOUNCE)
+    with caplog.at_level(logging.INFO, logger=hotplug.__name__):
+        assert monitor.start() is True
+    monitor.stop()
+    assert netlink.opened == ['udev', 'kernel']
+    [info] = caplog.records
+    assert info.levelno == logging.INFO
+    assert "kernel's PCI uevents" in info.getMessage()
+    assert 'udev: PermissionError' in info.getMessage()
+
+
+def test_when_no_source_opens_the_monitor_warns_once(udevd, netlink,
+                                                     caplog):
+    netlink.failing.update(('udev', 'kernel'))
+    counter = Counter()
+    monitor = hotplug.HotplugMonitor(counter, DEBOUNCE)
+    with caplog.at_level(logging.INFO, logger=hotplug.__name__):
+        assert monitor.start() is False
+    monitor.stop()
+    assert netlink.opened == (['udev', 'kernel'] if udevd else ['kernel'])
+    [warning] = caplog.records
+    assert warning.levelno == logging.WARNING
+    message = warning.getMessage()
+    assert 'periodic discovery pass' in message
+    for source in netlink.opened:
+        assert f'{source}: PermissionError: [Errno 1]' in message
+    assert counter.runs == 0
+
+
 @pytest.mark.parametrize('where, error', [
     ('from_netlink', OSError(errno.EPERM, 'Operation not permitted')),
     ('from_netlink', OSError(errno.EPROTONOSUPPORT,
                              'Protocol not supported')),
     ('context', ImportError('Unable to find libudev')),
 ], ids=['no-permission', 'no-netlink', 'no-libudev'])
-def test_without_udev_the_monitor_warns_once(monkeypatch, caplog, where,
-                                              error):
+def test_without_udev_the_monitor_warns_once(monkeypatch, caplog, udevd,
+                                              where, error):
     def fail(*args, **kwargs):
         raise error
 
