@@ -5,7 +5,8 @@ least 1.23 wherever the caller must tell errors apart by their code.
 Writes guarded by a provider generation are retried on
 ``placement.concurrent_update`` after re-reading the generation, up to
 ``[placement] conflict_retries`` times. ``calls`` counts the requests sent,
-for tests and benchmarks.
+for tests and benchmarks. ``is_away`` tells an error that says placement
+cannot be reached from one that refuses a particular request.
 """
 import itertools
 import logging
@@ -36,11 +37,22 @@ INVENTORY_IN_USE = 'placement.inventory.inuse'
 PROVIDER_IN_USE = 'placement.resource_provider.inuse'
 DUPLICATE_NAME = 'placement.duplicate_name'
 
+# What a proxy or load balancer in front of placement answers while no
+# placement process serves it.
+GATEWAY_ERRORS = (502, 503, 504)
+
 Inventories = dict[str, dict[str, Any]]
 
 
 def is_custom(name: str) -> bool:
     return name.startswith('CUSTOM_')
+
+
+def is_away(exc: exception.PlacementError) -> bool:
+    """Whether ``exc`` says placement (or the Keystone in front of it)
+    cannot be reached at the moment, so that any other call would fail
+    the same way; not when it refused one request."""
+    return bool(exc.kwargs.get('away'))
 
 
 class PlacementClient:
@@ -75,9 +87,14 @@ class PlacementClient:
         try:
             return self.adapter.request(url, method, **kwargs)
         except ks_exc.ClientException as exc:
+            # A failed token request to Keystone lands here too: only
+            # a refused or lost connection, or a server error, is an
+            # outage; bad credentials or a missing endpoint are not.
             raise exception.PlacementError(
                 method=method, url=url, status='no answer', error_code='',
-                detail=exc) from exc
+                detail=exc, away=isinstance(exc, (
+                    ks_exc.ConnectionError, ks_exc.HttpServerError))
+            ) from exc
 
     def _request(self, method: str, url: str, microversion: str,
                  expected: tuple[int, ...], json: Any = None) -> Any:
@@ -104,7 +121,8 @@ class PlacementClient:
                                                       PROVIDER_IN_USE):
             kind = exception.PlacementProviderInUse
         raise kind(method=method, url=url, status=response.status_code,
-                   error_code=code, detail=detail)
+                   error_code=code, detail=detail,
+                   away=response.status_code in GATEWAY_ERRORS)
 
     # Providers
 

@@ -8,10 +8,16 @@ that fails stays marked unsynced and is retried by the periodic pass, with
 a backoff per host, and never blocks the others. ``reconcile`` compares
 placement itself with the database, to repair providers changed or
 removed behind the conductor's back.
+
+An outage of placement is not a failure of each host: once a call finds
+placement away, this conductor stops calling it, queues the hosts it
+had to sync, and ``probe`` looks up one compute node every second or two
+until placement answers; then it syncs the queued hosts at once.
 """
 import collections
 import dataclasses
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +36,14 @@ LOG = logging.getLogger(__name__)
 # that failed waits longer (doubling up to [placement] sync_interval).
 TICK = 5.0
 
+# While placement is away, the wait before the next probe doubles from
+# PROBE_MIN to PROBE_MAX seconds, each drawn between half and all of it so
+# that conductors probing the same placement do not all come back at one
+# instant; the probe task looks every PROBE_TICK seconds whether one is due.
+PROBE_MIN = 0.5
+PROBE_MAX = 2.0
+PROBE_TICK = 0.25
+
 
 @dataclasses.dataclass
 class SyncResult:
@@ -41,6 +55,8 @@ class SyncResult:
     # Providers still to be written or deleted after this pass.
     pending: int = 0
     compute_node_missing: bool = False
+    # Placement could not be reached; the host waits for it to answer.
+    placement_away: bool = False
 
     @property
     def complete(self) -> bool:
@@ -62,6 +78,12 @@ class PlacementSync:
         self._locks_lock = threading.Lock()
         self._retry_at: dict[str, float] = {}
         self._delay: dict[str, float] = {}
+        # Whether placement is away and which hosts wait for it.
+        self._away_lock = threading.Lock()
+        self._away_since: float | None = None
+        self._probe_delay = PROBE_MIN
+        self._probe_at = 0.0
+        self._waiting: set[str] = set()
 
     def _host_lock(self, hostname: str) -> threading.Lock:
         with self._locks_lock:
@@ -74,10 +96,16 @@ class PlacementSync:
         backoff; remove deployables that are gone and no longer held."""
         context = cyborg_context.get_admin_context()
         providers.purge_released(context)
+        self.probe()
+        if self.placement_away:
+            return
         now = self.clock()
         for hostname in providers.pending_hostnames(context):
             if self._retry_at.get(hostname, 0) > now:
                 continue
+            if self.placement_away:
+                # Lost during this pass; the hosts left keep their turn.
+                break
             self._track(hostname, self.sync_host(hostname))
 
     def reconcile(self) -> None:
@@ -85,9 +113,100 @@ class PlacementSync:
         and repair the differences."""
         context = cyborg_context.get_admin_context()
         for hostname in providers.all_hostnames(context):
+            if self.placement_away:
+                LOG.debug('Placement is away; reconcile waits for its '
+                          'next turn.')
+                return
             self._track(hostname, self.sync_host(hostname, verify=True))
 
+    @property
+    def placement_away(self) -> bool:
+        """Whether placement was unreachable when last called."""
+        return self._away_since is not None
+
+    def probe(self) -> None:
+        """While placement is away, look whether it answers again (at
+        most once per probe delay); once it does, sync every host that
+        waited for it."""
+        with self._away_lock:
+            now = self.clock()
+            if self._away_since is None or now < self._probe_at:
+                return
+            if not self._waiting:
+                # Nothing to publish: the next sync finds out itself.
+                self._away_since = None
+                return
+            hostname = min(self._waiting)
+            self._probe_delay = min(self._probe_delay * 2, PROBE_MAX)
+            self._probe_at = now + self._jitter(self._probe_delay)
+        try:
+            # The first call of any sync, and one that needs placement's
+            # database as well as its web server.
+            self.client.find_provider(hostname)
+        except exception.PlacementError as exc:
+            if placement_client.is_away(exc):
+                LOG.debug('Placement still does not answer: %s', exc)
+                return
+        with self._away_lock:
+            if self._away_since is None:
+                # Another thread's probe got the answer first.
+                return
+            outage = self.clock() - self._away_since
+            self._away_since = None
+            hosts, self._waiting = sorted(self._waiting), set()
+        self._catch_up(hosts, outage)
+
+    def _catch_up(self, hosts: list[str], outage: float) -> None:
+        done = pending = 0
+        for index, hostname in enumerate(hosts):
+            if self.placement_away:
+                with self._away_lock:
+                    self._waiting.update(hosts[index:])
+                pending += len(hosts) - index
+                break
+            result = self.sync_host(hostname)
+            self._track(hostname, result)
+            if result.complete:
+                done += 1
+            else:
+                pending += 1
+        LOG.info('Placement answers again after %.0f s; %d host(s) caught '
+                 'up%s.', outage, done,
+                 f', {pending} still pending' if pending else '')
+
+    @staticmethod
+    def _jitter(delay: float) -> float:
+        return random.uniform(delay / 2, delay)
+
+    def _lost(self, hostname: str, exc: exception.PlacementError) -> None:
+        """Placement did not answer a call for ``hostname``: the host
+        waits, and placement is probed until it answers."""
+        with self._away_lock:
+            self._waiting.add(hostname)
+            if self._away_since is not None:
+                LOG.debug('Placement is away; host %s waits for it.',
+                          hostname)
+                return
+            self._away_since = self.clock()
+            self._probe_delay = PROBE_MIN
+            self._probe_at = self._away_since + self._jitter(PROBE_MIN)
+        LOG.warning('Placement does not answer while publishing host %s '
+                    '(%s). Publishing waits until it does; it is probed '
+                    'every %g to %g s.', hostname, exc, PROBE_MIN,
+                    PROBE_MAX)
+
+    def _wait_if_away(self, hostname: str) -> bool:
+        """Queue ``hostname`` if placement is known to be away."""
+        with self._away_lock:
+            if self._away_since is None:
+                return False
+            self._waiting.add(hostname)
+            return True
+
     def _track(self, hostname: str, result: SyncResult) -> None:
+        if result.placement_away:
+            # Placement's outage, not the host's: its backoff stays.
+            return
         if result.complete:
             self._retry_at.pop(hostname, None)
             self._delay.pop(hostname, None)
@@ -111,6 +230,10 @@ class PlacementSync:
             result = SyncResult()
             if not todo and not removals:
                 return result
+            if self._wait_if_away(hostname):
+                result.placement_away = True
+                result.pending = len(todo) + len(removals)
+                return result
             try:
                 root = self._root(hostname, refresh=verify)
                 if verify:
@@ -124,9 +247,13 @@ class PlacementSync:
                 result.pending = len(todo) + len(removals)
                 return result
             except exception.PlacementError as exc:
-                LOG.warning('Cannot read placement for host %s: %s',
-                            hostname, exc)
                 result.pending = len(todo) + len(removals)
+                if placement_client.is_away(exc):
+                    result.placement_away = True
+                    self._lost(hostname, exc)
+                else:
+                    LOG.warning('Cannot read placement for host %s: %s',
+                                hostname, exc)
                 return result
             self._write_all(context, hostname, root, todo, result)
             self._remove_all(context, hostname, removals, result)
@@ -196,9 +323,17 @@ class PlacementSync:
                    ) -> None:
         states: list[tuple[int, str | None, int | None]] = []
         for provider in todo:
+            if result.placement_away:
+                result.pending += 1
+                states.append((provider.deployable_id, None, None))
+                continue
             try:
                 generation = self._write(root, provider)
             except exception.PlacementError as exc:
+                if self._away(hostname, exc, result):
+                    result.pending += 1
+                    states.append((provider.deployable_id, None, None))
+                    continue
                 LOG.warning('Provider %s (%s) of host %s not written, will '
                             'retry: %s', provider.uuid, provider.name,
                             hostname, exc)
@@ -253,6 +388,9 @@ class PlacementSync:
                     ) -> None:
         removed = []
         for uuid in removals:
+            if result.placement_away:
+                result.pending += 1
+                continue
             try:
                 self.client.delete_provider(uuid)
             except exception.PlacementProviderInUse:
@@ -263,6 +401,9 @@ class PlacementSync:
                 result.pending += 1
                 continue
             except exception.PlacementError as exc:
+                if self._away(hostname, exc, result):
+                    result.pending += 1
+                    continue
                 LOG.warning('Provider %s of host %s not removed, will '
                             'retry: %s', uuid, hostname, exc)
                 result.failed += 1
@@ -271,6 +412,16 @@ class PlacementSync:
             removed.append(uuid)
             result.removed += 1
         providers.forget_removals(context, removed)
+
+    def _away(self, hostname: str, exc: exception.PlacementError,
+              result: SyncResult) -> bool:
+        """Whether ``exc`` is placement going away; the rest of the host
+        then waits for it without another call."""
+        if not placement_client.is_away(exc):
+            return False
+        result.placement_away = True
+        self._lost(hostname, exc)
+        return True
 
     def _reserve_all(self, uuid: str, hostname: str) -> None:
         try:

@@ -30,6 +30,10 @@ def build(conf: cfg.ConfigOpts) -> service.Service:
         tasks.append(service.PeriodicTask(
             'placement-sync', conductor.placement.sync_pending,
             min(placement_sync.TICK, conf.placement.sync_interval)))
+        # Cheap while placement answers: it then only reads a flag.
+        tasks.append(service.PeriodicTask(
+            'placement-probe', conductor.placement.probe,
+            placement_sync.PROBE_TICK))
         if conf.placement.reconcile_interval:
             tasks.append(service.PeriodicTask(
                 'placement-reconcile', conductor.placement.reconcile,

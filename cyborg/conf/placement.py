@@ -17,11 +17,15 @@ sync_opts = [
         'sync_interval',
         default=60,
         min=1,
-        help='Seconds between two passes of the conductor\'s placement '
-             'task. A pass publishes what earlier attempts could not (the '
-             'compute node did not exist yet, placement was down) and '
-             'removes the providers of devices that are gone once nothing '
-             'is allocated from them.'),
+        help='Seconds a host whose placement work failed waits, at most, '
+             'for its next try; the wait doubles from a few seconds up to '
+             'this. The conductor\'s placement task retries such hosts '
+             '(the compute node did not exist yet, placement refused a '
+             'write) and removes the providers of devices that are gone '
+             'once nothing is allocated from them. An outage of placement '
+             'does not count against hosts: while placement cannot be '
+             'reached it is probed every 0.5 to 2 seconds, and the hosts '
+             'that waited for it are published as soon as it answers.'),
     cfg.IntOpt(
         'reconcile_interval',
         default=600,

@@ -11,7 +11,9 @@ import pathlib
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -80,6 +82,77 @@ class Placement:
     def traits(self, rp_uuid: str) -> set[str]:
         return set(self.get(f'/resource_providers/{rp_uuid}/traits'
                             )['traits'])
+
+
+class Relay:
+    """A TCP relay on 127.0.0.1 in front of ``url``, to take placement
+    away and bring it back without restarting it: while closed, its port
+    refuses connections and the ones it carried are cut."""
+
+    def __init__(self, url: str) -> None:
+        target = urllib.parse.urlsplit(url)
+        self.target = (target.hostname, target.port)
+        self.port = _free_port()
+        self.url = f'http://127.0.0.1:{self.port}'
+        self._lock = threading.Lock()
+        self._sockets: set[socket.socket] = set()
+        self._accepting: tuple[socket.socket, threading.Thread] | None = None
+
+    def open(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(('127.0.0.1', self.port))
+        listener.listen(64)
+        thread = threading.Thread(target=self._accept, args=(listener,),
+                                  daemon=True)
+        thread.start()
+        self._accepting = (listener, thread)
+
+    def close(self) -> None:
+        if self._accepting is not None:
+            listener, thread = self._accepting
+            self._accepting = None
+            # Wakes accept(); the port refuses from here on.
+            _shut(listener)
+            thread.join(5)
+        with self._lock:
+            sockets, self._sockets = self._sockets, set()
+        for sock in sockets:
+            _shut(sock)
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(self.target)
+            except OSError:
+                _shut(client)
+                continue
+            with self._lock:
+                self._sockets.update((client, server))
+            for src, dst in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(src, dst),
+                                 daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for sock in (src, dst):
+            with self._lock:
+                self._sockets.discard(sock)
+            _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
 
 
 @contextlib.contextmanager

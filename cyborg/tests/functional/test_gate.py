@@ -501,8 +501,8 @@ def _fpga_inventory(gate: Gate, rp: str) -> dict[str, Any]:
 
 def _placement_outage(gate: Gate) -> None:
     """Placement stops; a device is disabled meanwhile; placement comes
-    back on the same address and database, and a conductor's periodic
-    pass writes the reservation."""
+    back on the same address and database, and the conductor that found
+    it away writes the reservation as soon as its probe gets an answer."""
     node = NODES['agent1']
     device, rp = _first_device('agent1')
     assert _fpga_inventory(gate, rp)['reserved'] == 0
@@ -514,7 +514,8 @@ def _placement_outage(gate: Gate) -> None:
     gate.sdk.accelerator.disable_device(device)
     assert gate.sdk.accelerator.get_device(device).status == 'maintaining'
     # The conductor that took the call tried to write at once.
-    failures = (f'of host {node} not written',
+    failures = (f'Placement does not answer while publishing host {node}',
+                f'of host {node} not written',
                 f'Cannot read placement for host {node}')
     wait_for(lambda: any(f in c.log()[before[c.name]:] for c in conductors
                          for f in failures),

@@ -1,4 +1,6 @@
 """Publishing deployables to a real placement, on every database."""
+import logging
+import time
 import uuid
 
 import pytest
@@ -8,6 +10,7 @@ from cyborg.accelerator.drivers import fake
 from cyborg.common import placement_client
 from cyborg.conductor import manager as conductor_manager
 from cyborg.conductor import placement_sync
+from cyborg.conductor import service as conductor_service
 from cyborg.db.api import arq_bindings
 from cyborg.db.api import arqs
 from cyborg.db.api import device_profiles
@@ -248,6 +251,109 @@ def test_compute_node_created_late_is_retried_with_backoff(
     assert set(placement.tree(node['uuid'])) == {
         p.uuid for p in _wanted(name)}
     assert all(p.in_sync for p in _wanted(name))
+
+
+def _wait_for(predicate, seconds, what):
+    """Poll ``predicate`` until it holds; the seconds it took."""
+    start = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - start < seconds, what
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def test_pending_hosts_reach_placement_soon_after_an_outage(
+        conf, placement_url, db_engine, placement, node, caplog):
+    """A device reported while placement is down reaches it within
+    seconds of its return, with one warning for the outage and probes,
+    not syncs, while it lasts."""
+    caplog.set_level(logging.INFO, logger='cyborg')
+    relay = placement_server.Relay(placement_url)
+    relay.open()
+    placement_server.point_at(conf, relay.url)
+    svc = conductor_service.build(conf)
+    conductor = svc.endpoints[0]
+    ctx = cyborg_context.get_admin_context()
+    report = _report(conf, node['name'], devices=1)
+    assert conductor.report_data(ctx, conf.host, report)[
+        'placement_pending'] == 0
+    relay.close()
+    outage_start = len(caplog.records)
+    report = _report(conf, node['name'], devices=2)
+    assert conductor.report_data(ctx, conf.host, report)[
+        'placement_pending'] == 1
+    calls = conductor.placement.client.calls
+    for task in svc.tasks:
+        task.start()
+    try:
+        # Long enough for a backoff that doubles from a few seconds to
+        # have grown well past the deadline below.
+        outage = 20
+        time.sleep(outage)
+        probes = conductor.placement.client.calls - calls
+        relay.open()
+        wanted = {p.uuid for p in _wanted(node['name'])}
+        took = _wait_for(lambda: set(placement.tree(node['uuid'])) == wanted,
+                         5, 'the new device is not in placement 5 s after '
+                            'placement came back')
+        _wait_for(lambda: any('answers again' in r.getMessage()
+                              for r in caplog.records), 5,
+                  'no log line says placement is back')
+    finally:
+        for task in svc.tasks:
+            task.stop()
+        relay.close()
+    logging.getLogger(__name__).info(
+        'Caught up %.2f s after placement came back; %d probe(s) in %d s.',
+        took, probes, outage)
+    assert probes <= 2 * outage
+    records = [r for r in caplog.records[outage_start:]
+               if r.name.startswith('cyborg')]
+    warnings = [r for r in records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert not any(r.exc_info for r in records)
+    back = [r.getMessage() for r in records
+            if 'answers again' in r.getMessage()]
+    assert len(back) == 1 and '1 host(s) caught up' in back[0], back
+
+
+def test_while_placement_is_away_only_due_probes_call_it(
+        conf, placement_url, db_engine, placement, node):
+    relay = placement_server.Relay(placement_url)
+    relay.open()
+    placement_server.point_at(conf, relay.url)
+    sync = placement_sync.PlacementSync(conf, clock=Clock())
+    other = placement.create_compute_node()
+    relay.close()
+    try:
+        _apply(conf, _report(conf, node['name'], devices=2))
+        result = sync.sync_host(node['name'])
+        assert result.placement_away and result.pending == 2
+        # The compute node lookup found placement away; nothing else was
+        # tried.
+        assert sync.client.calls == 1
+        _apply(conf, _report(conf, other['name'], devices=1))
+        assert sync.sync_host(other['name']).placement_away
+        sync.sync_pending()
+        sync.reconcile()
+        sync.probe()
+        assert sync.client.calls == 1, 'called before a probe was due'
+        for _ in range(5):
+            sync.clock.now += placement_sync.PROBE_MAX
+            sync.probe()
+            sync.probe()
+        assert sync.client.calls == 1 + 5, 'more than one probe when due'
+        assert sync.placement_away
+        assert sync._retry_at == {}, 'the outage counted against hosts'
+    finally:
+        relay.open()
+    sync.clock.now += placement_sync.PROBE_MAX
+    sync.probe()
+    assert not sync.placement_away
+    for host in (node, other):
+        assert set(placement.tree(host['uuid'])) == {
+            p.uuid for p in _wanted(host['name'])}
+        assert all(p.in_sync for p in _wanted(host['name']))
 
 
 def test_one_failing_provider_does_not_block_the_others(conf, sync,
