@@ -26,14 +26,17 @@ holds:
     the requests they belong to stay bound. Removing an mdev drops it.
 
 What "the conductor is unreachable" means here: the cache never stands in
-for discovery. Every report is the result of a discovery pass that has just
-succeeded; when no conductor answers (``ServiceUnavailable``, or the
-messaging timeout and undeliverable errors behind it) the report stays in
-the cache as pending, the accepted hash stays what it was, and the next
-pass (every ``[agent] periodic_interval`` seconds, or at once on a PCI
-hot-plug event) sends its fresh report as soon as a conductor answers.
-When discovery fails - at start or later - nothing is sent, not even the
-cached report, because a stale inventory must not pass for the truth.
+for a discovery pass. Every report is the result of a pass that has just
+run; when no conductor answers (``ServiceUnavailable``, or the messaging
+timeout and undeliverable errors behind it) the report stays in the cache
+as pending, the accepted hash stays what it was, and the next pass (every
+``[agent] periodic_interval`` seconds, or at once on a PCI hot-plug event)
+sends its fresh report as soon as a conductor answers. Within a pass, a
+driver that fails - at start or later - contributes the devices the cached
+report holds for it, marked as its last known ones by the driver's
+``failed`` state in the report (see ``resource_tracker``): a driver's
+failure must not make the conductor delete devices that are probably still
+there.
 
 A cache file that cannot be read, is not JSON or does not have the shape
 below is renamed ``agent-cache.json.corrupt-<UTC timestamp>`` with a

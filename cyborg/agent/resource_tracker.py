@@ -13,7 +13,6 @@ from cyborg.accelerator import pci
 from cyborg.accelerator.drivers.base import AcceleratorDriver
 from cyborg.agent import cache as agent_cache
 from cyborg.common import device_report
-from cyborg.common import exception
 from cyborg.conductor import rpcapi as conductor_rpcapi
 
 LOG = logging.getLogger(__name__)
@@ -24,9 +23,13 @@ class ResourceTracker:
 
     A report goes to the conductor when its content hash differs from the
     last one the conductor accepted, and in any case every
-    ``[agent] full_report_interval`` seconds. When a driver fails nothing is
-    sent: a partial report would make the conductor delete devices that are
-    still there.
+    ``[agent] full_report_interval`` seconds.
+
+    A report carries the state of every driver (``ok``, ``no devices`` or
+    ``failed`` with its error). When a driver fails, the others' devices
+    are reported as they found them and the failing driver's as the last
+    report had them (see ``collect``): leaving them out would make the
+    conductor delete devices that are probably still there.
 
     Each report and the hash of the last accepted one go to ``cache``
     (see ``cyborg.agent.cache``), so a restarted agent with the same
@@ -45,6 +48,8 @@ class ResourceTracker:
         self.clock = clock
         self.cache = cache or agent_cache.AgentCache()
         self._lock = threading.Lock()
+        # Driver name -> the error of a driver that failed its last pass.
+        self._failing: dict[str, str] = {}
         self._last_hash = self.cache.accepted_hash(_recipient(conf))
         self._last_sent = clock() if self._last_hash else None
         if self._last_hash:
@@ -57,24 +62,71 @@ class ResourceTracker:
         return self.conf.agent.hostname or self.conf.host
 
     def collect(self) -> dict[str, Any]:
-        """One discovery pass over every driver, as a report dict."""
-        devices = []
+        """One discovery pass over every driver, as a report dict.
+
+        A driver that raises contributes the devices it had in the last
+        report (``cache.report``; none when there is no such report) and
+        the state ``failed``; a device another driver now reports is not
+        repeated.
+        """
+        devices: list[dict[str, Any]] = []
+        states: dict[str, dict[str, str]] = {}
+        failed: set[str] = set()
         # One scan of the PCI functions serves every driver.
         with pci.discovery_pass():
             for driver in self.drivers:
+                name = type(driver).driver_name
                 try:
-                    found = driver.discover()
+                    found = [device.to_dict() for device in driver.discover()]
                 except Exception as exc:
-                    raise exception.DriverError(
-                        driver=type(driver).driver_name, reason=exc) from exc
-                devices.extend(device.to_dict() for device in found)
+                    failed.add(name)
+                    states[name] = {'state': 'failed',
+                                    'error': self._failed(name, exc)}
+                    continue
+                if self._failing.pop(name, None) is not None:
+                    LOG.info('Driver %s discovers devices again.', name)
+                devices.extend(found)
+                states[name] = {'state': 'ok' if found else 'no devices'}
+        if failed:
+            devices.extend(self._last_known(failed, devices))
         report: dict[str, Any] = {'hostname': self.hostname,
-                                  'devices': devices}
+                                  'devices': devices, 'drivers': states}
         # Sent only when it is not the default, so that conductors that do
         # not know the field accept the reports of default agents.
         if self.conf.agent.new_device_state == 'disabled':
             report['new_device_status'] = 'maintaining'
         return report
+
+    def _failed(self, name: str, exc: Exception) -> str:
+        """The error to report for driver ``name``; logged once per
+        error, not at every pass."""
+        error = f'{type(exc).__name__}: {exc}'
+        error = error[:device_report.MAX_ERROR_LENGTH]
+        if self._failing.get(name) != error:
+            LOG.error('Driver %s failed to discover devices; its last '
+                      'known devices are reported until it succeeds: %s',
+                      name, error, exc_info=exc)
+        else:
+            LOG.debug('Driver %s still fails: %s', name, error)
+        self._failing[name] = error
+        return error
+
+    def _last_known(self, failed: set[str],
+                    found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The devices of the ``failed`` drivers in the last report."""
+        last = self.cache.report
+        if last is None:
+            return []
+        taken = {device_report.canonical_json(d['controlpath_id'])
+                 for d in found}
+        kept = [device for device in last['devices']
+                if any(dep['driver_name'] in failed
+                       for dep in device['deployables'])
+                and device_report.canonical_json(
+                    device['controlpath_id']) not in taken]
+        LOG.debug('Kept %d device(s) of failing driver(s) %s from the last '
+                  'report.', len(kept), ', '.join(sorted(failed)))
+        return kept
 
     @property
     def pending(self) -> str | None:

@@ -79,6 +79,8 @@ class DriverDevice:
 
 
 _NAME = {'type': 'string', 'minLength': 1, 'maxLength': 255}
+# The longest error a driver state carries; agents cut longer ones.
+MAX_ERROR_LENGTH = 4096
 _STRING_MAP = {'type': 'object',
                'additionalProperties': {'type': 'string', 'maxLength': 255}}
 
@@ -91,6 +93,27 @@ REPORT_SCHEMA: dict[str, Any] = {
         # The status of devices the conductor stores for the first time
         # ([agent] new_device_state); absent means 'enabled'.
         'new_device_status': {'enum': list(models.DEVICE_STATUSES)},
+        # The state of every enabled driver in this discovery pass, by
+        # driver name (conductor RPC 1.5; absent from older agents and
+        # from reports to older conductors). ``error`` comes with
+        # ``failed`` and only with it.
+        'drivers': {
+            'type': 'object',
+            'propertyNames': {'minLength': 1, 'maxLength': 100},
+            'additionalProperties': {
+                'type': 'object',
+                'additionalProperties': False,
+                'required': ['state'],
+                'properties': {
+                    'state': {'enum': list(models.DRIVER_STATES)},
+                    'error': {'type': 'string',
+                              'maxLength': MAX_ERROR_LENGTH},
+                },
+                'if': {'properties': {'state': {'const': 'failed'}}},
+                'then': {'required': ['error']},
+                'else': {'not': {'required': ['error']}},
+            },
+        },
         'devices': {
             'type': 'array',
             'items': {

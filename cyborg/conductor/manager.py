@@ -16,6 +16,7 @@ from cyborg.db.api import attributes
 from cyborg.db.api import deployables
 from cyborg.db.api import device_profiles
 from cyborg.db.api import devices
+from cyborg.db.api import driver_states
 from cyborg.db.api import inventory
 from cyborg.db.api import services
 
@@ -31,7 +32,7 @@ class ConductorManager:
     """Turns agent reports and heartbeats into database rows, publishes
     them to placement and binds accelerator requests."""
 
-    target = messaging.Target(version='1.4')
+    target = messaging.Target(version='1.5')
 
     def __init__(self, conf: cfg.ConfigOpts,
                  placement: placement_sync.PlacementSync | None = None,
@@ -87,6 +88,9 @@ class ConductorManager:
                      if result.kept_in_use else '')
         else:
             LOG.debug('Host %s: report unchanged.', host)
+        if 'drivers' in report:
+            # Agents before RPC 1.5 send none: their rows stay as they are.
+            driver_states.apply(context, host, report['drivers'])
         answer = result.to_dict()
         answer['placement_pending'] = self.sync_placement(report['hostname'])
         return answer

@@ -1,4 +1,5 @@
 """Client side of the conductor RPC API."""
+import logging
 from typing import Any
 
 import oslo_messaging as messaging
@@ -8,6 +9,8 @@ from cyborg import context as cyborg_context
 from cyborg.common import coalesce
 from cyborg.common import exception
 from cyborg.common import rpc
+
+LOG = logging.getLogger(__name__)
 
 Context = cyborg_context.RequestContext
 
@@ -26,9 +29,11 @@ class ConductorAPI:
     * 1.2 - ``deployable_program``.
     * 1.3 - ``host_discover``.
     * 1.4 - ``arq_create_many``: the creates of several HTTP requests.
+    * 1.5 - ``report_data`` reports may carry ``drivers``, the state of
+      each enabled driver.
     """
 
-    RPC_API_VERSION = '1.4'
+    RPC_API_VERSION = '1.5'
 
     def __init__(self, conf: cfg.ConfigOpts, create_batch: int = 1) -> None:
         """``create_batch`` > 1: ``arq_create`` calls made at the same
@@ -69,8 +74,28 @@ class ConductorAPI:
                     report: dict[str, Any]) -> dict[str, int]:
         """Make the database equal to ``report`` for ``host``; wait for it.
 
-        Returns what changed (see ``ReportResult.to_dict``).
+        Returns what changed (see ``ReportResult.to_dict``). The
+        report's ``drivers`` go only to conductors of 1.5 or later: not
+        at all under an ``[upgrade_levels] conductor`` cap below 1.5, and
+        again without them when a conductor refuses 1.5.
         """
+        if isinstance(report, dict) and 'drivers' in report:
+            if self.client.can_send_version('1.5'):
+                try:
+                    return self._call(context, '1.5', 'report_data',
+                                      host=host, report=report)
+                except (messaging.UnsupportedVersion,
+                        messaging.RemoteError) as exc:
+                    # Refused by the dispatcher, before anything was done;
+                    # over a real broker it arrives as a RemoteError.
+                    if getattr(exc, 'exc_type', 'UnsupportedVersion') != (
+                            'UnsupportedVersion'):
+                        raise
+                LOG.warning('A conductor does not take RPC 1.5; reported '
+                            'without driver states. Until every conductor '
+                            'is upgraded, set [upgrade_levels] conductor '
+                            '= 1.4.')
+            report = {k: v for k, v in report.items() if k != 'drivers'}
         return self._call(context, '1.0', 'report_data', host=host,
                           report=report)
 

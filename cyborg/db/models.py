@@ -239,3 +239,25 @@ class ProviderRemoval(Base):
 
     rp_uuid: orm.Mapped[str] = orm.mapped_column(sa.String(36), unique=True)
     hostname: orm.Mapped[str] = orm.mapped_column(sa.String(255))
+
+
+# How an enabled driver of an agent fared in its last discovery pass.
+DRIVER_STATES = ('ok', 'no devices', 'failed')
+
+
+class DriverState(Base):
+    """The state of one enabled driver on one agent host, as its reports
+    say; ``since`` is when it entered the state (for ``failed``, the
+    first of the failures in a row)."""
+
+    __tablename__ = 'driver_states'
+    __table_args__ = (
+        sa.UniqueConstraint('host', 'driver_name'),
+    )
+
+    host: orm.Mapped[str] = orm.mapped_column(sa.String(255))
+    driver_name: orm.Mapped[str] = orm.mapped_column(sa.String(100))
+    state: orm.Mapped[str] = orm.mapped_column(
+        _enum(DRIVER_STATES, 'state'))
+    error: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
+    since: orm.Mapped[datetime.datetime] = orm.mapped_column(sa.DateTime)

@@ -47,9 +47,11 @@ class Client:
         return self._call('GET', '/services', params=params)['services']
 
     def drivers(self, host: str | None = None,
-                driver_name: str | None = None) -> list[dict[str, Any]]:
+                driver_name: str | None = None,
+                state: str | None = None) -> list[dict[str, Any]]:
         params = {k: v for k, v in (('host', host),
-                                    ('driver_name', driver_name))
+                                    ('driver_name', driver_name),
+                                    ('state', state))
                   if v is not None}
         return self._call('GET', '/drivers', params=params)['drivers']
 

@@ -6,15 +6,15 @@ from typing import Any
 from osc_lib.command import command
 
 COLUMNS = ('host', 'hostname', 'driver_name', 'devices', 'deployables',
-           'accelerators')
+           'accelerators', 'state', 'since', 'error', 'agent_state')
 HEADINGS = ('Host', 'Hostname', 'Driver Name', 'Devices', 'Deployables',
-            'Accelerators')
+            'Accelerators', 'State', 'Since', 'Error', 'Agent State')
+STATES = ('ok', 'no devices', 'failed')
 
 
 class ListDriver(command.Lister):
-    """List what the drivers of each agent host found.
-
-    Only drivers that found devices are listed.
+    """List the drivers of each agent host: what they found, and their
+    state (ok, no devices, or failed since when, with the error).
     """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
@@ -23,10 +23,13 @@ class ListDriver(command.Lister):
                             help='Only the drivers of this agent host')
         parser.add_argument('--driver', metavar='<driver-name>',
                             help='Only this driver')
+        parser.add_argument('--state', choices=STATES,
+                            help='Only the drivers in this state')
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace
                     ) -> tuple[tuple[str, ...], Iterable[Any]]:
         found = self.app.client_manager.accelerator_ops.drivers(
-            host=parsed_args.host, driver_name=parsed_args.driver)
+            host=parsed_args.host, driver_name=parsed_args.driver,
+            state=parsed_args.state)
         return HEADINGS, [tuple(d[c] for c in COLUMNS) for d in found]

@@ -353,20 +353,24 @@ def test_a_report_no_conductor_took_is_kept_and_sent(conf, path, caplog,
     assert restarted.tracker.pending is None
 
 
-def test_discovery_failing_at_start_sends_nothing(conf, path):
+def test_driver_failing_at_start_reports_the_cached_devices(conf, path):
     Agent(conf, path).tracker.update()
-    conf.set_override('device_count', 2, 'fake_driver')
+    cached = Agent(conf, path).cache.report['devices']
+    assert len(cached) == 2
 
     class BrokenDriver(fake.FakeDriver):
         def discover(self):
             raise OSError('sysfs went away')
 
+    # After a restart, the driver fails before it ever succeeded: the
+    # devices it reported last time are reported again, not dropped.
     broken = Agent(conf, path, driver=BrokenDriver(conf))
-    with pytest.raises(exception.DriverError):
-        broken.tracker.update(force=True)
-    assert broken.conductor.reports == []
-    # The cache still holds the last report that was discovered.
-    assert len(broken.cache.report['devices']) == 2
+    assert broken.tracker.update(force=True) is not None
+    [(_, report)] = broken.conductor.reports
+    assert report['devices'] == cached
+    assert report['drivers'] == {'fake': {
+        'state': 'failed', 'error': 'OSError: sysfs went away'}}
+    assert broken.cache.report['devices'] == cached
 
 
 def test_new_device_state_is_part_of_the_report(conf, path):

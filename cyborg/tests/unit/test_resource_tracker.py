@@ -3,7 +3,11 @@ import pytest
 
 from cyborg.accelerator.drivers import fake
 from cyborg.agent import resource_tracker
-from cyborg.common import exception
+from cyborg.common import device_report
+from cyborg.common.device_report import DriverAttachHandle
+from cyborg.common.device_report import DriverDeployable
+from cyborg.common.device_report import DriverDevice
+from cyborg.common.device_report import pci_address
 
 
 class RecordingConductor:
@@ -87,14 +91,97 @@ def test_failed_send_is_retried(tracker):
     assert t.update() is not None
 
 
-def test_failing_driver_sends_nothing(conf):
+class FlakyDriver(fake.FakeDriver):
+    """One GPU at 0000:81:00.0 while ``failure`` is None; raises it
+    otherwise."""
+
+    driver_name = 'flaky'
+
+    def __init__(self, conf, failure=None):
+        super().__init__(conf)
+        self.failure = failure
+
+    def discover(self):
+        if self.failure is not None:
+            raise self.failure
+        return [DriverDevice(
+            type='GPU', vendor='0x10de', model='0x1eb8',
+            controlpath_id=pci_address('0000', '81', '00', '0'),
+            deployables=[DriverDeployable(
+                name='cmp1_0000:81:00.0', num_accelerators=1,
+                driver_name=self.driver_name,
+                attach_handles=[DriverAttachHandle(
+                    'PCI', pci_address('0000', '81', '00', '0'))])])]
+
+
+def _addresses(report):
+    return sorted(d['controlpath_id']['cpid_info']['bus']
+                  for d in report['devices'])
+
+
+def test_failing_driver_keeps_its_last_devices(conf):
+    conf.set_override('host', 'cmp1')
+    conductor = RecordingConductor()
+    flaky = FlakyDriver(conf)
+    t = resource_tracker.ResourceTracker(
+        conf, [fake.FakeDriver(conf), flaky], conductor)
+    t.update()
+    [(_, first)] = conductor.reports
+    assert _addresses(first) == ['0c', '81']
+    assert first['drivers'] == {'fake': {'state': 'ok'},
+                                'flaky': {'state': 'ok'}}
+
+    # The healthy driver finds another card while the other one fails:
+    # the new card is reported, and so is the failing driver's GPU.
+    conf.set_override('device_count', 2, 'fake_driver')
+    flaky.failure = OSError('sysfs went away')
+    assert t.update() is not None
+    report = conductor.reports[-1][1]
+    assert _addresses(report) == ['0c', '0d', '81']
+    assert report['drivers'] == {
+        'fake': {'state': 'ok'},
+        'flaky': {'state': 'failed', 'error': 'OSError: sysfs went away'}}
+    device_report.validate_report('cmp1', report)
+    # Nothing changed: nothing sent.
+    assert t.update() is None
+
+    # Back: its own devices again, and ok.
+    flaky.failure = None
+    t.update()
+    report = conductor.reports[-1][1]
+    assert _addresses(report) == ['0c', '0d', '81']
+    assert report['drivers']['flaky'] == {'state': 'ok'}
+
+
+def test_driver_failing_from_the_start_contributes_nothing(conf):
     conductor = RecordingConductor()
     t = resource_tracker.ResourceTracker(
         conf, [fake.FakeDriver(conf), BrokenDriver(conf)], conductor)
-    with pytest.raises(exception.DriverError) as err:
-        t.update()
-    assert 'broken' in str(err.value) and 'sysfs went away' in str(err.value)
-    assert conductor.reports == []
+    t.update()
+    [(_, report)] = conductor.reports
+    assert _addresses(report) == ['0c']
+    assert report['drivers']['broken'] == {
+        'state': 'failed', 'error': 'OSError: sysfs went away'}
+
+
+def test_driver_without_devices(conf):
+    conductor = RecordingConductor()
+    conf.set_override('device_count', 0, 'fake_driver')
+    t = resource_tracker.ResourceTracker(conf, [fake.FakeDriver(conf)],
+                                         conductor)
+    t.update()
+    assert conductor.reports[0][1]['drivers'] == {
+        'fake': {'state': 'no devices'}}
+
+
+def test_long_errors_are_cut(conf):
+    conductor = RecordingConductor()
+    t = resource_tracker.ResourceTracker(
+        conf, [FlakyDriver(conf, RuntimeError('x' * 10000))], conductor)
+    t.update()
+    error = conductor.reports[0][1]['drivers']['flaky']['error']
+    assert len(error) == device_report.MAX_ERROR_LENGTH
+    assert error.startswith('RuntimeError: xxx')
 
 
 def test_hostname_defaults_to_host(conf, tracker):

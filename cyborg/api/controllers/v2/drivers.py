@@ -1,4 +1,5 @@
-"""/v2/drivers (microversion 2.5): what each agent's drivers found."""
+"""/v2/drivers (microversion 2.5): what each agent's drivers found, and
+how they last fared."""
 from typing import Any
 
 from pecan import rest
@@ -6,14 +7,19 @@ from wsme import types as wtypes
 
 from cyborg.api.controllers import base
 from cyborg.api.expose import expose
+from cyborg.common import exception
+from cyborg.conf import CONF
+from cyborg.db import models
 from cyborg.db.api import drivers
 
 
 class Driver(wtypes.Base):
-    """One driver on one agent host and what it reported there.
+    """One driver on one agent host: what it reported there, and its
+    state.
 
-    Only drivers that reported devices are listed: the database keeps
-    what agents found, not which drivers they loaded.
+    Every driver an agent runs is listed, with or without devices, once
+    the agent reported driver states; drivers of agents that report none
+    are listed when they reported devices, with a null ``state``.
     """
 
     host = wtypes.text
@@ -22,10 +28,28 @@ class Driver(wtypes.Base):
     devices = int
     deployables = int
     accelerators = int
+    # 'ok', 'no devices' or 'failed', as the last report said; the error
+    # of a failed driver; since when it is in this state (for 'failed':
+    # the first failure in a row).
+    state = wtypes.text
+    error = wtypes.text
+    since = wtypes.text
+    # 'up' or 'down' (no heartbeat for [DEFAULT] service_down_time: the
+    # state is the last one the agent reported); null when no agent of
+    # the host ever registered.
+    agent_state = wtypes.text
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> 'Driver':
-        return cls(**values)
+        alive = values['agent_alive']
+        return cls(
+            host=values['host'], hostname=values['hostname'],
+            driver_name=values['driver_name'], devices=values['devices'],
+            deployables=values['deployables'],
+            accelerators=values['accelerators'], state=values['state'],
+            error=values['error'], since=base.timestamp(values['since']),
+            agent_state=None if alive is None else
+            ('up' if alive else 'down'))
 
 
 class DriverCollection(wtypes.Base):
@@ -34,11 +58,18 @@ class DriverCollection(wtypes.Base):
 
 class DriversController(rest.RestController):
 
-    @expose(DriverCollection, wtypes.text, wtypes.text)
+    @expose(DriverCollection, wtypes.text, wtypes.text, wtypes.text)
     def get_all(self, host: str | None = None,
-                driver_name: str | None = None) -> DriverCollection:
+                driver_name: str | None = None,
+                state: str | None = None) -> DriverCollection:
         """One row per (host, driver); a summary, so not paginated."""
         ctx = base.authorize('cyborg:driver:get_all')
-        found = drivers.get_all(ctx, host=host, driver_name=driver_name)
+        if state is not None and state not in models.DRIVER_STATES:
+            raise exception.Invalid(
+                reason=f'state must be one of '
+                       f'{", ".join(models.DRIVER_STATES)}, not {state!r}')
+        found = drivers.get_all(ctx, host=host, driver_name=driver_name,
+                                state=state,
+                                down_time=CONF.service_down_time)
         return DriverCollection(drivers=[Driver.from_dict(d)
                                          for d in found])

@@ -68,10 +68,15 @@ def test_driver_list(live_api, tmp_path):
     per_card = live_api.conf.fake_driver.accelerators_per_device
     assert rows == [{'Host': 'cmp1', 'Hostname': 'node1',
                      'Driver Name': 'fake', 'Devices': 2,
-                     'Deployables': 2, 'Accelerators': 2 * per_card}]
+                     'Deployables': 2, 'Accelerators': 2 * per_card,
+                     'State': None, 'Since': None, 'Error': None,
+                     'Agent State': None}]
     assert _json(live_api, tmp_path, 'accelerator', 'driver', 'list',
                  '--host', 'cmp2') == []
     assert _calls(live_api)[-1].query == 'host=cmp2'
+    assert _json(live_api, tmp_path, 'accelerator', 'driver', 'list',
+                 '--state', 'no devices') == []
+    assert _calls(live_api)[-1].query == 'state=no+devices'
 
 
 def test_host_discover(live_api, agent, tmp_path):  # noqa: F811
