@@ -158,32 +158,78 @@ class AgentManager:
             self.cache.forget_mdev(mdev_uuid)
 
     def restore_mdevs(self) -> int:
-        """Create again the mdevs this agent created and has not removed
-        (a reboot loses them); returns how many were created.
+        """Make the mdevs this agent made what accelerator requests still
+        hold; returns how many were created again.
 
         Run at start, before the first report and before RPC calls are
-        served. An mdev that still exists is fine; a failure is logged and
-        the mdev stays recorded, for its unbind to remove.
+        served. The conductor says which recorded mdevs a request still
+        holds: the others belong to requests unbound or deleted while this
+        host could not be reached, or whose conductor stopped mid-bind, and
+        are removed, and the conductor frees their handles. The rest are
+        created again if a reboot lost them (one that still exists is
+        fine). Without the conductor's answer every recorded mdev is kept.
+        A failure is logged and the mdev stays recorded.
         """
-        created = 0
-        for mdev_uuid, entry in sorted(self.cache.mdevs.items()):
-            driver_name = entry['driver_name']
-            attach_info = entry['attach_info']
-            device = canonical_json(attach_info)
+        recorded = self.cache.mdevs
+        if not recorded:
+            return 0
+        context = cyborg_context.get_admin_context()
+        try:
+            owned = set(self.conductor_api.mdevs_owned(
+                context, self.conf.host, sorted(recorded)))
+        except Exception as exc:
+            LOG.warning('Cannot learn which of the %d recorded mdevs are '
+                        'still in use (%s); keeping them all.',
+                        len(recorded), exc)
+            owned = set(recorded)
+        removed = [mdev_uuid for mdev_uuid in sorted(set(recorded) - owned)
+                   if self._remove_unowned(mdev_uuid, recorded[mdev_uuid])]
+        if removed:
             try:
-                driver = self._driver(driver_name, 'create mdev', device)
-                driver.create_mdev(attach_info, mdev_uuid)
+                self.conductor_api.mdevs_removed(context, self.conf.host,
+                                                 removed)
             except Exception as exc:
-                if _already_exists(exc):
-                    LOG.debug('mdev %s on %s still exists.', mdev_uuid,
-                              device)
-                    continue
-                LOG.warning('Could not re-create mdev %s on %s (driver %s): '
-                            '%s', mdev_uuid, device, driver_name, exc)
-                continue
-            created += 1
-            LOG.info('Re-created mdev %s on %s.', mdev_uuid, device)
+                LOG.warning('Removed %d mdev(s) no request holds, but the '
+                            'conductor did not hear of it (%s); it removes '
+                            'them again later.', len(removed), exc)
+        created = 0
+        for mdev_uuid in sorted(owned & set(recorded)):
+            created += self._recreate(mdev_uuid, recorded[mdev_uuid])
         return created
+
+    def _remove_unowned(self, mdev_uuid: str, entry: dict[str, Any]
+                        ) -> bool:
+        device = canonical_json(entry['attach_info'])
+        try:
+            driver = self._driver(entry['driver_name'], 'remove mdev',
+                                  device)
+            driver.remove_mdev(entry['attach_info'], mdev_uuid)
+        except Exception as exc:
+            LOG.warning('Could not remove mdev %s on %s, which no request '
+                        'holds (driver %s): %s', mdev_uuid, device,
+                        entry['driver_name'], exc)
+            return False
+        self.cache.forget_mdev(mdev_uuid)
+        LOG.info('Removed mdev %s on %s: no request holds it.', mdev_uuid,
+                 device)
+        return True
+
+    def _recreate(self, mdev_uuid: str, entry: dict[str, Any]) -> int:
+        driver_name = entry['driver_name']
+        attach_info = entry['attach_info']
+        device = canonical_json(attach_info)
+        try:
+            driver = self._driver(driver_name, 'create mdev', device)
+            driver.create_mdev(attach_info, mdev_uuid)
+        except Exception as exc:
+            if _already_exists(exc):
+                LOG.debug('mdev %s on %s still exists.', mdev_uuid, device)
+            else:
+                LOG.warning('Could not re-create mdev %s on %s (driver '
+                            '%s): %s', mdev_uuid, device, driver_name, exc)
+            return 0
+        LOG.info('Re-created mdev %s on %s.', mdev_uuid, device)
+        return 1
 
     def _driver(self, driver_name: str, action: str,
                 device: str) -> AcceleratorDriver:

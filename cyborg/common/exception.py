@@ -116,8 +116,7 @@ class ProgramFailed(Conflict):
 
 
 class DeployableBusy(Conflict):
-    msg_fmt = ('Deployable %(uuid)s serves %(count)s accelerator '
-               'request(s); unbind them before programming it.')
+    msg_fmt = 'Deployable %(uuid)s cannot be programmed now: %(reason)s.'
 
 
 class ReportConflict(Conflict):

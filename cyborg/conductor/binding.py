@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import futurist
+import oslo_messaging as messaging
 from oslo_config import cfg
 from oslo_utils import timeutils
 
@@ -25,10 +26,18 @@ from cyborg.common import exception
 from cyborg.common import glance_client
 from cyborg.common import nova_client
 from cyborg.db.api import arq_bindings
+from cyborg.db.api import attach_handles
+from cyborg.db.api import deployables
 
 LOG = logging.getLogger(__name__)
 
 Job = dict[str, Any]
+# Seconds between two looks at a device being programmed, for binds that
+# wait for it: programming takes tens of seconds on real cards.
+AWAIT_POLL = 0.25
+# What the agent raises before it writes anything to the device.
+UNTOUCHED = (exception.NotSupported, exception.BitstreamNotFound,
+             exception.BitstreamError)
 
 
 class Binder:
@@ -64,35 +73,45 @@ class Binder:
     def apply_patch(self, context: cyborg_context.RequestContext,
                     binds: dict[str, dict[str, Any]], unbinds: list[str]
                     ) -> arq_bindings.BindBatch:
-        failed = []
+        removed, failed = [], []
         if unbinds:
-            for holder in arq_bindings.device_side_handles(
-                    context, uuids=unbinds):
-                if not self._remove_device_side(context, holder):
+            # Bound ARQs' mdevs go first, so that a host that cannot
+            # remove one leaves its ARQ UnbindFailed, holding the handle.
+            for holder in arq_bindings.bound_device_side(context, unbinds):
+                if self._remove_device_side(context, holder):
+                    removed.append(holder['arq_uuid'])
+                else:
                     failed.append(holder['arq_uuid'])
-        batch = arq_bindings.apply_patch(context, binds, unbinds, failed)
+        batch = arq_bindings.apply_patch(
+            context, binds, unbinds, removed, failed,
+            find_bitstream=self._find_bitstream)
+        self._after(batch)
+        return batch
+
+    def delete(self, context: cyborg_context.RequestContext,
+               uuids: list[str] | None, instance_uuid: str | None) -> int:
+        """Delete ARQs, then remove what they held on their hosts.
+
+        A host that cannot be reached is logged, not fatal: the handle
+        stays taken until a later removal succeeds (the stale sweep's, or
+        the agent's when it starts again).
+        """
+        batch = arq_bindings.delete(context, uuids, instance_uuid)
+        self._after(batch)
+        return len(batch.states)
+
+    def _after(self, batch: arq_bindings.BindBatch) -> None:
+        """What a PATCH or DELETE leaves to do once committed."""
+        if batch.released:
+            self._free(batch.released)
         if batch.resolved:
             self.executor.submit(self._notify, batch.resolved,
                                  batch.instances)
         if batch.jobs:
             self.executor.submit(self._finish, batch.jobs)
-        return batch
 
-    def delete(self, context: cyborg_context.RequestContext,
-               uuids: list[str] | None, instance_uuid: str | None) -> int:
-        """Remove what bound ARQs hold on their hosts, then delete them.
-
-        A host that cannot be reached is logged, not fatal: the instance
-        is going away and Nova retries deletes it sees fail.
-        """
-        holders = arq_bindings.device_side_handles(context, uuids=uuids,
-                                           instance_uuid=instance_uuid)
-        if holders:
-            arq_bindings.mark_deleting(
-                context, [h['arq_uuid'] for h in holders])
-            for holder in holders:
-                self._remove_device_side(context, holder)
-        return arq_bindings.delete(context, uuids, instance_uuid)
+    def _find_bitstream(self, function_id: str) -> str:
+        return self.glance.find_by_function(function_id).id
 
     def _remove_device_side(self, context: cyborg_context.RequestContext,
                             holder: dict[str, Any]) -> bool:
@@ -101,13 +120,23 @@ class Binder:
                 context, holder['host'], holder['driver_name'],
                 holder['attach_info'], holder['attach_handle_uuid'],
                 timeout=self.timeout)
-        except exception.CyborgException as exc:
-            LOG.warning('Cannot remove mediated device %s of accelerator '
-                        'request %s on host %s: %s',
-                        holder['attach_handle_uuid'], holder['arq_uuid'],
+        except (exception.CyborgException,
+                messaging.MessagingException) as exc:
+            LOG.warning('Cannot remove mediated device %s%s on host %s: '
+                        '%s', holder['attach_handle_uuid'],
+                        f' of accelerator request {holder["arq_uuid"]}'
+                        if holder.get('arq_uuid') else '',
                         holder['host'], exc)
             return False
         return True
+
+    def _free(self, released: list[dict[str, Any]]) -> int:
+        """Remove released handles' mdevs; free the handles of those
+        removed. How many were freed."""
+        context = cyborg_context.get_admin_context()
+        gone = [h['attach_handle_id'] for h in released
+                if self._remove_device_side(context, h)]
+        return attach_handles.free_released(context, gone)
 
     # Background work
 
@@ -115,32 +144,30 @@ class Binder:
         """Run one PATCH's device-side binds, then end them all."""
         context = cyborg_context.get_admin_context()
         deadline = time.monotonic() + self.timeout
-        succeeded: list[str] = []
-        failed: list[str] = []
-        bitstreams: dict[int, str] = {}
+        succeeded: list[Job] = []
+        failed: list[Job] = []
+        programs: dict[int, tuple[str, bool]] = {}
         by_deployable: dict[int, list[Job]] = collections.defaultdict(list)
         for job in jobs:
             by_deployable[job['deployable_id']].append(job)
-        for deployable_id, group in by_deployable.items():
+        for group in by_deployable.values():
             try:
-                loaded = self._program(context, group, deadline)
-                if loaded:
-                    bitstreams[deployable_id] = loaded
+                self._program(context, group, deadline, programs)
             except Exception as exc:
                 self._log_failure(group, exc)
-                failed.extend(j['arq_uuid'] for j in group)
+                failed.extend(group)
                 continue
             for job in group:
                 try:
                     self._create_device_side(context, job, deadline)
                 except Exception as exc:
                     self._log_failure([job], exc)
-                    failed.append(job['arq_uuid'])
+                    failed.append(job)
                 else:
-                    succeeded.append(job['arq_uuid'])
+                    succeeded.append(job)
         try:
             ended = arq_bindings.finish_binds(context, succeeded, failed,
-                                              bitstreams)
+                                              programs)
         except Exception:
             LOG.exception('Cannot record the end of binds %s; they will '
                           'fail after [conductor] bind_timeout.',
@@ -148,6 +175,15 @@ class Binder:
             return
         for uuid, state in ended.items():
             LOG.info('Accelerator request %s is %s.', uuid, state)
+        # What was made for a bind that failed, or whose ARQ was unbound
+        # or deleted meanwhile, goes: its handle waits for that.
+        undo = [j for j in jobs if j['attach_type'] not in
+                attach_handles.INSTANT_TYPES
+                and ended.get(j['arq_uuid']) != 'Bound']
+        if undo:
+            self._free([{k: j[k] for k in (
+                'arq_uuid', 'attach_handle_id', 'attach_handle_uuid',
+                'attach_info', 'driver_name', 'host')} for j in undo])
         self._notify(ended, {j['arq_uuid']: j['instance_uuid']
                              for j in jobs})
 
@@ -160,29 +196,50 @@ class Binder:
         return remaining
 
     def _program(self, context: cyborg_context.RequestContext,
-                 group: list[Job], deadline: float) -> str | None:
-        """Load the bitstream the group's ARQs ask for, unless it is
-        already there; returns the bitstream now loaded, or None."""
-        job = next((j for j in group
-                    if j['bitstream_id'] or j['function_id']), None)
-        if job is None:
-            return None
+                 group: list[Job], deadline: float,
+                 programs: dict[int, tuple[str, bool]]) -> None:
+        """Load the bitstream the group's ARQs took the device for, or
+        wait for the programming they joined to end (``programs`` gets
+        what this worker loaded, and whether it did)."""
+        job = group[0]
+        if job.get('await_program'):
+            self._await_program(context, group, deadline)
+            return
+        if not job.get('program'):
+            return
         bitstream = job['bitstream_id']
-        if not bitstream:
-            bitstream = self.glance.find_by_function(job['function_id']).id
-        if bitstream == job['loaded_bitstream_id']:
-            return None
-        busy = arq_bindings.handles_in_use(context, job['deployable_id'],
-                                   [j['attach_handle_uuid'] for j in group])
-        if busy:
+        # Until the agent has answered, the device's content is unknown.
+        programs[job['deployable_id']] = (bitstream, False)
+        try:
+            self.agent_api.program_fpga(
+                context, job['host'], job['controlpath_id']['cpid_info'],
+                job['deployable_name'], job['driver_name'], bitstream,
+                timeout=self._remaining(deadline))
+        except UNTOUCHED:
+            programs[job['deployable_id']] = (bitstream, None)
+            raise
+        programs[job['deployable_id']] = (bitstream, True)
+
+    def _await_program(self, context: cyborg_context.RequestContext,
+                       group: list[Job], deadline: float) -> None:
+        """Wait until the programming the group's binds arrived during
+        ends, then check the device holds what they asked for."""
+        job = group[0]
+        while True:
+            state = deployables.programming_state(context,
+                                                  job['deployable_id'])
+            if state.action is None:
+                break
+            if time.monotonic() + AWAIT_POLL > deadline:
+                raise exception.DeviceActionError(
+                    reason='the device was still being programmed when '
+                           '[conductor] bind_timeout expired')
+            time.sleep(AWAIT_POLL)
+        wanted = {j['bitstream_id'] for j in group} - {None}
+        if wanted and wanted != {state.bitstream_id}:
             raise exception.DeviceActionError(
-                reason=f'bitstream {bitstream} cannot be loaded while '
-                       f'{busy} other request(s) use the device')
-        self.agent_api.program_fpga(
-            context, job['host'], job['controlpath_id']['cpid_info'],
-            job['deployable_name'], job['driver_name'], bitstream,
-            timeout=self._remaining(deadline))
-        return bitstream
+                reason=f'programming the device with bitstream '
+                       f'{", ".join(sorted(wanted))} failed')
 
     def _create_device_side(self, context: cyborg_context.RequestContext,
                             job: Job, deadline: float) -> None:
@@ -208,16 +265,33 @@ class Binder:
             self.nova.send_bound_events(events)
 
     def fail_stale_binds(self) -> None:
-        """BindStarted for longer than the bind timeout (with a margin for
-        the work in flight): its conductor stopped; end it BindFailed."""
+        """Finish what a stopped conductor left: binds BindStarted for
+        longer than the bind timeout (with a margin for the work in
+        flight) end BindFailed, programming that long is ended (the
+        device's content unknown), and handles released that long have
+        their mdevs removed and are freed."""
         context = cyborg_context.get_admin_context()
         cutoff = timeutils.utcnow() - datetime.timedelta(
             seconds=self.timeout * 1.5 + 30)
         stale = arq_bindings.stale_binds(context, cutoff)
-        if not stale:
-            return
-        ended = arq_bindings.finish_binds(context, [], list(stale))
-        LOG.warning('Accelerator request(s) %s were binding for longer '
-                    'than [conductor] bind_timeout; they failed.',
-                    ', '.join(sorted(ended)))
-        self._notify(ended, stale)
+        if stale:
+            ended = arq_bindings.finish_binds(
+                context, [], [{'arq_uuid': uuid,
+                               'attach_handle_id': handle}
+                              for uuid, (_, handle) in stale.items()])
+            LOG.warning('Accelerator request(s) %s were binding for longer '
+                        'than [conductor] bind_timeout; they failed.',
+                        ', '.join(sorted(ended)))
+            self._notify(ended, {u: i for u, (i, _) in stale.items()})
+        for uuid in deployables.end_stale_programming(context, cutoff):
+            LOG.warning('Deployable %s was being programmed for longer than '
+                        '[conductor] bind_timeout; what it holds is now '
+                        'unknown.', uuid)
+        # The handles of the binds just failed are released now: this
+        # pass removes their mdevs too.
+        released = attach_handles.released_handles(
+            context, cutoff, [h for _, h in stale.values() if h])
+        if released:
+            freed = self._free(released)
+            LOG.info('Removed the mediated devices of %d released attach '
+                     'handle(s); %d freed.', len(released), freed)

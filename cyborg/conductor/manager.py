@@ -12,6 +12,7 @@ from cyborg.common import exception
 from cyborg.conductor import binding
 from cyborg.conductor import placement_sync
 from cyborg.db.api import arqs
+from cyborg.db.api import attach_handles
 from cyborg.db.api import attributes
 from cyborg.db.api import deployables
 from cyborg.db.api import device_profiles
@@ -28,11 +29,17 @@ def placement_configured(conf: cfg.ConfigOpts) -> bool:
     return bool(conf.placement.auth_type or conf.placement.endpoint_override)
 
 
+def _check_names(name: str, value: Any) -> None:
+    if not isinstance(value, list) or not all(
+            isinstance(v, str) for v in value):
+        raise exception.Invalid(reason=f'{name} must be a list of strings')
+
+
 class ConductorManager:
     """Turns agent reports and heartbeats into database rows, publishes
     them to placement and binds accelerator requests."""
 
-    target = messaging.Target(version='1.5')
+    target = messaging.Target(version='1.6')
 
     def __init__(self, conf: cfg.ConfigOpts,
                  placement: placement_sync.PlacementSync | None = None,
@@ -181,28 +188,57 @@ class ConductorManager:
     @messaging.expected_exceptions(exception.CyborgException)
     def deployable_program(self, context: cyborg_context.RequestContext,
                            uuid: str, image_uuid: str) -> None:
-        """Load a Glance image onto an idle FPGA through its agent."""
-        target = deployables.program_target(context, uuid)
-        if target['in_use']:
-            # Reprogramming would pull the device from under instances.
-            raise exception.DeployableBusy(uuid=uuid,
-                                           count=target['in_use'])
+        """Load a Glance image onto an idle FPGA through its agent.
+
+        The deployable is taken for programming first (a conditional
+        UPDATE; DeployableBusy while any of its handles is in use or
+        another programming runs), so that no bind lands on it until the
+        programming has ended; binds that arrive meanwhile wait for it.
+        """
+        target = deployables.begin_program(context, uuid, image_uuid)
+        # Until the agent has answered, the device's content is unknown.
+        loaded: bool | None = False
         try:
             self.binder.agent_api.program_fpga(
                 context, target['host'], target['cpid_info'],
                 target['name'], target['driver_name'], image_uuid,
                 timeout=float(self.conf.conductor.bind_timeout))
+            loaded = True
         except exception.NotSupported:
+            loaded = None
             raise exception.ProgramNotSupported(
                 uuid=uuid, driver=target['driver_name']) from None
         except exception.BitstreamNotFound as exc:
+            loaded = None
             raise exception.Invalid(reason=f'image_uuid: {exc}') from None
-        except (exception.DeviceActionError,
-                exception.BitstreamError) as exc:
+        except exception.BitstreamError as exc:
+            loaded = None
             raise exception.ProgramFailed(uuid=uuid, reason=exc) from None
-        deployables.set_bitstream(context, target['id'], image_uuid)
+        except exception.DeviceActionError as exc:
+            raise exception.ProgramFailed(uuid=uuid, reason=exc) from None
+        finally:
+            deployables.finish_program(context, target['id'], image_uuid,
+                                       loaded)
         LOG.info('Deployable %s programmed with image %s.', uuid,
                  image_uuid)
+
+    # An agent's reconcile of the mdevs it made (1.6).
+
+    @messaging.expected_exceptions(exception.CyborgException)
+    def mdevs_owned(self, context: cyborg_context.RequestContext, host: str,
+                    mdev_uuids: list[str]) -> list[str]:
+        _check_names('mdev_uuids', mdev_uuids)
+        return attach_handles.owned_handles(context, host, mdev_uuids)
+
+    @messaging.expected_exceptions(exception.CyborgException)
+    def mdevs_removed(self, context: cyborg_context.RequestContext,
+                      host: str, mdev_uuids: list[str]) -> int:
+        _check_names('mdev_uuids', mdev_uuids)
+        freed = attach_handles.free_removed(context, host, mdev_uuids)
+        if freed:
+            LOG.info('Host %s removed the mediated devices of %d released '
+                     'attach handle(s); they are free.', host, freed)
+        return freed
 
     @messaging.expected_exceptions(exception.CyborgException)
     def host_discover(self, context: cyborg_context.RequestContext,

@@ -31,9 +31,11 @@ class ConductorAPI:
     * 1.4 - ``arq_create_many``: the creates of several HTTP requests.
     * 1.5 - ``report_data`` reports may carry ``drivers``, the state of
       each enabled driver.
+    * 1.6 - ``mdevs_owned`` and ``mdevs_removed``: an agent reconciles the
+      mdevs it made with the requests that still hold them.
     """
 
-    RPC_API_VERSION = '1.5'
+    RPC_API_VERSION = '1.6'
 
     def __init__(self, conf: cfg.ConfigOpts, create_batch: int = 1) -> None:
         """``create_batch`` > 1: ``arq_create`` calls made at the same
@@ -181,6 +183,20 @@ class ConductorAPI:
         return self._call(context, '1.2', 'deployable_program',
                           rpc_timeout=timeout, uuid=uuid,
                           image_uuid=image_uuid)
+
+    def mdevs_owned(self, context: Context, host: str,
+                    mdev_uuids: list[str]) -> list[str]:
+        """Which of the mdevs named, made on ``host``, an accelerator
+        request still holds."""
+        return self._call(context, '1.6', 'mdevs_owned', host=host,
+                          mdev_uuids=mdev_uuids)
+
+    def mdevs_removed(self, context: Context, host: str,
+                      mdev_uuids: list[str]) -> int:
+        """Tell that ``host`` removed these mdevs; how many attach handles
+        that waited for it were freed."""
+        return self._call(context, '1.6', 'mdevs_removed', host=host,
+                          mdev_uuids=mdev_uuids)
 
     def host_discover(self, context: Context, host: str) -> dict[str, int]:
         """Make the agent of ``host`` discover and report now; wait for it.

@@ -42,6 +42,14 @@ fake_driver_opts = [
              'device it is asked to program, so that a test in another '
              'process can see what was programmed. Unset, nothing is '
              'written.'),
+    cfg.FloatOpt(
+        'action_seconds',
+        default=0.0,
+        min=0.0,
+        max=600.0,
+        help='How long programming a fake device and creating a fake vGPU '
+             'take, as on real devices they take seconds to minutes; tests '
+             'use it to land requests while such work runs.'),
     cfg.BoolOpt(
         'program_fail',
         default=False,

@@ -137,6 +137,15 @@ class Deployable(Base):
     # still holds it; placement then reserves all of it.
     missing_since: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
         sa.DateTime)
+    # Device-side work under way ('programming'), taken and ended by
+    # conditional UPDATEs so that binds and programs exclude each other
+    # across conductors; the bitstream being loaded, and since when (a
+    # conductor that stopped mid-way leaves it for the stale sweep).
+    action: orm.Mapped[str | None] = orm.mapped_column(sa.String(16))
+    action_bitstream_id: orm.Mapped[str | None] = orm.mapped_column(
+        sa.String(36))
+    action_since: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
+        sa.DateTime)
 
 
 # Attribute.source: a driver's report, or an operator's POST
@@ -181,6 +190,16 @@ class AttachHandle(Base):
     attach_type: orm.Mapped[str] = orm.mapped_column(
         _enum(ATTACH_TYPES, 'attach_type'))
     attach_info: orm.Mapped[str] = orm.mapped_column(sa.String(255))
+    # Set when the request holding the handle went away before what it
+    # made on the host (an mdev) was confirmed gone: the handle stays in
+    # use until that removal is confirmed.
+    released_at: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
+        sa.DateTime)
+    # Set while the host no longer reports the handle but a request holds
+    # it: it is never handed out again, and the next report after the
+    # request lets go deletes it.
+    missing_since: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
+        sa.DateTime)
 
 
 class DeviceProfile(Base):
@@ -226,6 +245,17 @@ class AcceleratorRequest(Base):
         sa.ForeignKey('attach_handles.id', ondelete='RESTRICT'))
     deployable_id: orm.Mapped[int | None] = orm.mapped_column(
         sa.ForeignKey('deployables.id', ondelete='RESTRICT'))
+
+
+class InstanceClaim(Base):
+    """An instance that holds accelerator requests. Inserted by the bind
+    that gives an instance its first requests: the unique key lets
+    exactly one of two concurrent PATCHes for one instance win."""
+
+    __tablename__ = 'instance_claims'
+
+    instance_uuid: orm.Mapped[str] = orm.mapped_column(
+        sa.String(36), unique=True)
 
 
 class ProviderRemoval(Base):

@@ -19,7 +19,7 @@ import cyborg.cmd  # noqa: F401  (native threads, before oslo.service loads)
 from cyborg import conf as cyborg_conf  # noqa: F401  (registers options)
 from cyborg.db import api as db_api
 from cyborg.db import migration
-from cyborg.db.api import arq_bindings
+from cyborg.db.api import attach_handles
 from cyborg.tests import utils
 from cyborg.tests.fakes.fixtures import fake_glance  # noqa: F401
 from cyborg.tests.fakes.fixtures import fake_nova  # noqa: F401
@@ -99,10 +99,10 @@ def empty_database_url(backend: str, tmp_path) -> Iterator[str]:
 @pytest.fixture(autouse=True)
 def _fresh_handle_search() -> Iterator[None]:
     """Every test's database is new, so is where this process's binds
-    start looking for a free handle (``arq_bindings._search_from``): a
+    start looking for a free handle (``attach_handles._search_from``): a
     hint left by another test's deployable of the same id would make the
     handle a bind takes depend on the order the tests ran in."""
-    arq_bindings._search_from.clear()
+    attach_handles._search_from.clear()
     yield
 
 

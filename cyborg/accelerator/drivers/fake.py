@@ -2,6 +2,7 @@
 import hashlib
 import json
 import threading
+import time
 from typing import Any
 
 from oslo_config import cfg
@@ -89,6 +90,9 @@ class FakeDriver(AcceleratorDriver):
         self.program_calls: list[dict[str, Any]] = []
         self.loaded: dict[str, dict[str, Any]] = {}
         self.mdevs: dict[str, str] = {}
+        # Programs and mdev creations under way (see [fake_driver]
+        # action_seconds).
+        self.busy = 0
 
     def _deployable_name(self, address: dict[str, str]) -> str:
         return f'{self.hostname}_{_slot(address)}'
@@ -191,6 +195,7 @@ class FakeDriver(AcceleratorDriver):
         address = _address(index, _FIRST_FPGA_DOMAIN)
         if call['deployable_name'] != self._deployable_name(address):
             raise fail(f'it has no deployable {call["deployable_name"]}')
+        self._take_time()
         if self.conf.fake_driver.program_fail:
             raise fail('[fake_driver] program_fail is set')
         # A real driver hands the file to the vendor tool; reading it
@@ -214,6 +219,16 @@ class FakeDriver(AcceleratorDriver):
                 with open(path, 'a', encoding='utf-8') as log:
                     log.write(json.dumps(call, sort_keys=True) + '\n')
 
+    def _take_time(self) -> None:
+        if self.conf.fake_driver.action_seconds:
+            with self._lock:
+                self.busy += 1
+            try:
+                time.sleep(self.conf.fake_driver.action_seconds)
+            finally:
+                with self._lock:
+                    self.busy -= 1
+
     def _gpu_slot(self, action: str, attach_info: dict[str, str]) -> str:
         index = _index(attach_info, _FIRST_GPU_DOMAIN,
                        self.conf.fake_driver.vgpu_device_count)
@@ -230,6 +245,7 @@ class FakeDriver(AcceleratorDriver):
     def create_mdev(self, attach_info: dict[str, str],
                     mdev_uuid: str) -> None:
         parent = self._gpu_slot('create mdev', attach_info)
+        self._take_time()
         with self._lock:
             if mdev_uuid in self.mdevs:
                 raise exception.DeviceActionError(

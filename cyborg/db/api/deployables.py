@@ -3,6 +3,7 @@ import json
 from typing import Any
 
 import sqlalchemy as sa
+from oslo_utils import timeutils
 
 from cyborg import context as cyborg_context
 from cyborg.common import exception
@@ -84,33 +85,137 @@ def get(context: cyborg_context.RequestContext, uuid: str) -> dict[str, Any]:
     return to_dict(row, attributes[row.id])
 
 
-@reader
-def program_target(context: cyborg_context.RequestContext, uuid: str
-                   ) -> dict[str, Any]:
-    """What programming the deployable needs: its agent's host, driver,
-    control path, and how many of its attach handles are in use."""
-    row = context.session.execute(
+# Device-side work on a deployable (the ``action`` column). Binds and
+# programs exclude each other through the deployable's row: a program
+# locks it exclusively, checks that no attach handle is in use and sets
+# ``action``; a bind locks it shared (exclusively when it may program) and
+# takes a handle only while no program runs that it cannot wait for. On
+# SQLite, where these locks do not exist, every writer transaction is
+# serialised (see cyborg.db.api).
+PROGRAMMING = 'programming'
+
+
+def lock(session: sa.orm.Session, deployable_id: int, exclusive: bool
+         ) -> Any:
+    """Lock the deployable's row for this transaction; its programming
+    state (``action``, ``action_bitstream_id``, ``bitstream_id``)."""
+    return session.execute(
+        sa.select(Deployable.action, Deployable.action_bitstream_id,
+                  Deployable.bitstream_id)
+        .where(Deployable.id == deployable_id)
+        .with_for_update(read=not exclusive)).one()
+
+
+def holders(session: sa.orm.Session, deployable_id: int) -> list[str]:
+    """Who holds the deployable's attach handles in use: an accelerator
+    request's uuid, or ``released`` for a handle whose request went away
+    while what it made on the host is not yet confirmed removed."""
+    handle = models.AttachHandle
+    arq = models.AcceleratorRequest
+    return [uuid or 'released' for uuid in session.scalars(
+        sa.select(arq.uuid).select_from(handle)
+        .outerjoin(arq, arq.attach_handle_id == handle.id)
+        .where(handle.deployable_id == deployable_id,
+               handle.in_use.is_(True))
+        .order_by(handle.id))]
+
+
+def start_programming(session: sa.orm.Session, deployable_id: int,
+                      bitstream_id: str) -> bool:
+    """Mark the deployable being programmed with ``bitstream_id``, if no
+    other device-side work is under way; whether it was marked. The caller
+    holds the row's exclusive lock and has checked ``holders``."""
+    return bool(session.execute(
+        sa.update(Deployable)
+        .where(Deployable.id == deployable_id, Deployable.action.is_(None))
+        .values(action=PROGRAMMING, action_bitstream_id=bitstream_id,
+                action_since=timeutils.utcnow())).rowcount)
+
+
+def end_programming(session: sa.orm.Session, deployable_id: int,
+                    bitstream_id: str, loaded: bool | None) -> bool:
+    """End programming with ``bitstream_id``. ``loaded``: True, the
+    deployable holds it; False, the device failed or did not answer, and
+    what it holds is unknown (a half-written device is not trusted to hold
+    what it held before); None, the device was not touched. Whether this
+    programming was still the deployable's (the stale sweep may have ended
+    it)."""
+    values: dict[str, Any] = {'action': None, 'action_bitstream_id': None,
+                              'action_since': None}
+    if loaded is not None:
+        values['bitstream_id'] = bitstream_id if loaded else None
+    return bool(session.execute(
+        sa.update(Deployable)
+        .where(Deployable.id == deployable_id,
+               Deployable.action == PROGRAMMING,
+               Deployable.action_bitstream_id == bitstream_id)
+        .values(**values)).rowcount)
+
+
+@writer
+def begin_program(context: cyborg_context.RequestContext, uuid: str,
+                  bitstream_id: str) -> dict[str, Any]:
+    """Take the deployable for programming it with ``bitstream_id`` (an
+    operator's request); what the agent needs to do it.
+
+    DeployableBusy while any of its attach handles is in use or another
+    programming runs: reprogramming would pull the device from under
+    instances, or two images would be written at once.
+    """
+    session = context.session
+    row = session.execute(
         sa.select(Deployable.id, Deployable.name, Deployable.driver_name,
-                  Deployable.bitstream_id, models.Device.host,
-                  models.ControlpathID.cpid_info)
+                  models.Device.host, models.ControlpathID.cpid_info)
         .join(models.Device, models.Device.id == Deployable.device_id)
         .join(models.ControlpathID,
               models.ControlpathID.device_id == models.Device.id)
         .where(Deployable.uuid == uuid)).first()
     if row is None:
         raise exception.ResourceNotFound(resource='Deployable', id=uuid)
-    handle = models.AttachHandle
-    in_use = context.session.scalar(
-        sa.select(sa.func.count()).select_from(handle).where(
-            handle.deployable_id == row.id, handle.in_use.is_(True)))
+    state = lock(session, row.id, exclusive=True)
+    if state.action is not None:
+        raise exception.DeployableBusy(
+            uuid=uuid, reason=f'it is being programmed with '
+                              f'{state.action_bitstream_id}')
+    held = holders(session, row.id)
+    if held:
+        raise exception.DeployableBusy(
+            uuid=uuid, reason=f'accelerator request(s) {", ".join(held)} '
+                              'use it; unbind them first')
+    start_programming(session, row.id, bitstream_id)
     return {'id': row.id, 'name': row.name, 'driver_name': row.driver_name,
-            'bitstream_id': row.bitstream_id, 'host': row.host,
-            'cpid_info': json.loads(row.cpid_info), 'in_use': in_use}
+            'host': row.host, 'cpid_info': json.loads(row.cpid_info)}
 
 
 @writer
-def set_bitstream(context: cyborg_context.RequestContext,
-                  deployable_id: int, bitstream_id: str) -> None:
-    context.session.execute(
-        sa.update(Deployable).where(Deployable.id == deployable_id)
-        .values(bitstream_id=bitstream_id))
+def finish_program(context: cyborg_context.RequestContext,
+                   deployable_id: int, bitstream_id: str,
+                   loaded: bool | None) -> None:
+    """End what ``begin_program`` started (see ``end_programming``)."""
+    end_programming(context.session, deployable_id, bitstream_id, loaded)
+
+
+@reader
+def programming_state(context: cyborg_context.RequestContext,
+                      deployable_id: int) -> Any:
+    """The deployable's ``action`` and ``bitstream_id`` as committed."""
+    return context.session.execute(
+        sa.select(Deployable.action, Deployable.bitstream_id)
+        .where(Deployable.id == deployable_id)).one()
+
+
+@writer
+def end_stale_programming(context: cyborg_context.RequestContext,
+                          started_before: Any) -> list[str]:
+    """End programming that began before the time given (its conductor
+    stopped mid-way); the device's content is then unknown. The uuids of
+    the deployables."""
+    session = context.session
+    stale = session.execute(
+        sa.select(Deployable.id, Deployable.uuid,
+                  Deployable.action_bitstream_id)
+        .where(Deployable.action.is_not(None),
+               Deployable.action_since < started_before)).all()
+    return [row.uuid for row in stale
+            if end_programming(session, row.id, row.action_bitstream_id,
+                               loaded=False)]

@@ -9,6 +9,7 @@ from cyborg.accelerator.drivers import fake
 from cyborg.db import models
 from cyborg.db.api import arq_bindings
 from cyborg.db.api import arqs
+from cyborg.db.api import attach_handles
 from cyborg.db.api import device_profiles
 from cyborg.db.api import inventory
 
@@ -58,7 +59,7 @@ def test_parallel_binds_take_distinct_handles(conf, db_engine):
 
 def test_search_starts_past_the_last_handle_taken_then_wraps(conf,
                                                              db_engine):
-    arq_bindings._search_from.clear()
+    attach_handles._search_from.clear()
     deployable = _seed(conf, handles=3)
     ctx = cyborg_context.get_admin_context()
 
@@ -92,7 +93,7 @@ def test_search_starts_past_the_last_handle_taken_then_wraps(conf,
         deployable_id = conn.scalar(
             sa.select(models.Deployable.id)
             .where(models.Deployable.rp_uuid == deployable['rp_uuid']))
-    arq_bindings._search_from[deployable_id] = 10 ** 9
+    attach_handles._search_from[deployable_id] = 10 ** 9
     with db_engine.begin() as conn:
         conn.execute(sa.update(models.AttachHandle)
                      .where(models.AttachHandle.id == h2)
@@ -106,12 +107,12 @@ def test_search_starts_past_the_last_handle_taken_then_wraps(conf,
         conn.execute(sa.update(models.AttachHandle)
                      .where(models.AttachHandle.id == h3)
                      .values(in_use=False))
-    before = dict(arq_bindings._search_from)
+    before = dict(attach_handles._search_from)
     with sa.orm.Session(db_engine) as session:
-        assert arq_bindings._take_handle(session, deployable_id) is not None
+        assert attach_handles.take(session, deployable_id) is not None
         session.rollback()
-    assert arq_bindings._search_from == before
+    assert attach_handles._search_from == before
     with sa.orm.Session(db_engine) as session:
-        taken = arq_bindings._take_handle(session, deployable_id)
+        taken = attach_handles.take(session, deployable_id)
         session.commit()
-    assert arq_bindings._search_from[deployable_id] == taken.id + 1
+    assert attach_handles._search_from[deployable_id] == taken.id + 1

@@ -36,6 +36,16 @@ class RecordingConductor:
         self.reports.append((host, report))
         return {'writes': 0}
 
+    # Every recorded mdev is held, unless ``released`` names it.
+    released = frozenset()
+
+    def mdevs_owned(self, context, host, mdev_uuids):
+        return [m for m in mdev_uuids if m not in self.released]
+
+    def mdevs_removed(self, context, host, mdev_uuids):
+        self.removed = list(mdev_uuids)
+        return len(mdev_uuids)
+
 
 class Agent:
     """One run of an agent on the host: what cyborg-agent assembles,
@@ -245,6 +255,37 @@ def test_restart_recreates_the_recorded_mdevs(conf, path, caplog):
     assert rebooted.driver.mdevs == {}
     assert rebooted.manager.restore_mdevs() == 2
     assert rebooted.driver.mdevs == {MDEV_A: parent, MDEV_C: parent}
+
+
+def test_restart_removes_the_mdevs_no_request_holds(conf, path):
+    ctx = cyborg_context.get_admin_context()
+    first = Agent(conf, path)
+    for n, mdev in enumerate((MDEV_A, MDEV_B, MDEV_C)):
+        first.manager.create_mdev(ctx, 'fake', _gpu_handle(first.driver, n),
+                                  mdev)
+    # MDEV_B's request was deleted while this host could not be reached.
+    first.conductor.released = frozenset({MDEV_B})
+    again = Agent(conf, path, driver=first.driver,
+                  conductor=first.conductor)
+    assert again.manager.restore_mdevs() == 0
+    assert set(first.driver.mdevs) == {MDEV_A, MDEV_C}
+    assert first.conductor.removed == [MDEV_B]
+    assert set(again.cache.mdevs) == {MDEV_A, MDEV_C}
+
+
+def test_without_the_conductor_every_recorded_mdev_is_kept(conf, path,
+                                                          caplog):
+    ctx = cyborg_context.get_admin_context()
+    first = Agent(conf, path)
+    first.manager.create_mdev(ctx, 'fake', _gpu_handle(first.driver, 0),
+                              MDEV_A)
+    first.conductor.failure = OSError('no conductor')
+    first.conductor.mdevs_owned = first.conductor.report_data
+    rebooted = Agent(conf, path, conductor=first.conductor)
+    with caplog.at_level(logging.WARNING):
+        assert rebooted.manager.restore_mdevs() == 1
+    assert list(rebooted.driver.mdevs) == [MDEV_A]
+    assert 'keeping them all' in caplog.text
 
 
 def test_mdevs_that_cannot_be_recreated_are_logged_and_kept(conf, path,

@@ -229,6 +229,21 @@ def test_rebinding_a_bound_arq_is_409(api, seeded):
                        status=409)
 
 
+def test_a_bind_sent_again_is_accepted_and_changes_nothing(api, seeded):
+    # Nova repeats a PATCH whose answer it lost (a 503 after a conductor
+    # stopped), whether or not it was applied.
+    arqs = _create(api)
+    body = _bind_body(arqs, 'node1', seeded['rp_uuid'])
+    api.app.patch_json('/v2/accelerator_requests', body, headers=SERVICE,
+                       status=202)
+    url = f'/v2/accelerator_requests/{arqs[0]["uuid"]}'
+    before = api.app.get(url, headers=ADMIN).json
+    assert before['state'] == 'Bound'
+    api.app.patch_json('/v2/accelerator_requests', body, headers=SERVICE,
+                       status=202)
+    assert api.app.get(url, headers=ADMIN).json == before
+
+
 def test_resolved_with_unresolved_arqs_is_423(api, seeded):
     # An ARQ that failed to bind is resolved; one still Initial is not.
     arqs = _create(api)

@@ -215,7 +215,9 @@ def test_program_refuses_a_device_in_use(api, agent):
     assert bound['state'] == 'Bound', bound
     response = api.app.patch_json(f'/v2/deployables/{dep["uuid"]}/program',
                                   PROGRAM, headers=ADMIN, status=409)
-    assert 'unbind them before programming' in _fault(response)
+    message = _fault(response)
+    assert f'accelerator request(s) {arq["uuid"]} use it' in message
+    assert 'unbind them first' in message
     assert driver.program_calls == []
 
 
