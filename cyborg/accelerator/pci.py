@@ -141,6 +141,13 @@ class PciFunction:
     def is_vf(self) -> bool:
         return self.physfn is not None
 
+    @property
+    def vfs_enabled(self) -> bool:
+        """Whether SR-IOV VFs are enabled on this PF, counting those whose
+        sysfs entries cannot be read. Its host driver then serves them: it
+        is no longer a whole device to pass through."""
+        return bool(self.virtfns or self.sriov_numvfs)
+
     def attach_info(self) -> dict[str, str]:
         """The function as PCI attach-handle (and control path) info:
         ``{"domain": "0000", "bus": "3b", "device": "00", "function": "0"}``.

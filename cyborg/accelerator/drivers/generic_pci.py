@@ -1,4 +1,9 @@
-"""A driver for any PCI function the operator selects in configuration."""
+"""A driver for any PCI function the operator selects in configuration.
+
+Each selected function is passed through whole. A physical function with
+SR-IOV virtual functions enabled is never reported, even when selected:
+its host driver serves the VFs (which a spec may select in its place).
+"""
 import dataclasses
 import json
 import logging
@@ -167,6 +172,7 @@ class GenericPciDriver(AcceleratorDriver):
         super().__init__(conf)
         self.specs = parse_specs(conf.generic_pci.device_specs)
         self.bus = pci.PciBus(conf.agent.sysfs_root)
+        self._warn = pci_report.WarnOnce(LOG)
         if not self.specs:
             LOG.warning('The generic_pci driver is enabled but %s is empty; '
                         'it reports no device.', OPTION)
@@ -175,7 +181,9 @@ class GenericPciDriver(AcceleratorDriver):
         devices = []
         for function in self.bus.functions():
             spec = next((s for s in self.specs if s.matches(function)), None)
-            if spec is not None:
+            if spec is not None and pci_report.passable(
+                    function, self._warn, 'set its sriov_numvfs to 0 to '
+                    f'hand it out, or select its VFs in {OPTION}'):
                 devices.append(self._device(function, spec))
         LOG.debug('generic_pci found %d matching function(s).', len(devices))
         return devices

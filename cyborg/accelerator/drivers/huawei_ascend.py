@@ -7,6 +7,8 @@ handle, in the resource class ``CUSTOM_NPU`` with the trait
 ``trait:CUSTOM_NPU_HUAWEI_ASCEND_910=required``. Other Huawei processing
 accelerators (the HiSilicon ZIP, SEC and HPRE engines share the class
 code) are not NPUs and are left alone: only known Ascend device ids match.
+A function with SR-IOV virtual functions enabled is not reported (its VFs
+are, each on its own).
 """
 import logging
 
@@ -18,6 +20,7 @@ from cyborg.accelerator.drivers.base import AcceleratorDriver
 from cyborg.common.device_report import DriverDevice
 
 LOG = logging.getLogger(__name__)
+_warn = pci_report.WarnOnce(LOG)
 
 VENDOR_ID = '0x19e5'
 # Processing accelerators.
@@ -45,7 +48,8 @@ class HuaweiAscendDriver(AcceleratorDriver):
         for function in self.bus.functions():
             model = MODELS.get(function.device_id)
             if (model is None or function.vendor_id != VENDOR_ID
-                    or not function.matches_class(ACCELERATOR_CLASS)):
+                    or not function.matches_class(ACCELERATOR_CLASS)
+                    or not pci_report.passable(function, _warn)):
                 continue
             traits = ['OWNER_CYBORG', f'CUSTOM_NPU_HUAWEI_ASCEND_{model}']
             deployable = pci_report.deployable(

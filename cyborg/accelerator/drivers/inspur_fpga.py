@@ -2,10 +2,12 @@
 "Processing accelerators", such as the F10A, 0x1bd4:0xa115).
 
 Each card's physical function is one device with one single-accelerator
-deployable passing the function through. Inspur publishes no programming
-tool for these cards, so ``program`` is not supported: a request to
-program one fails with NotSupported, naming the driver. Inspur's
-NVMe drives share the vendor id but not the class, and are not reported.
+deployable passing the function through; one with SR-IOV virtual
+functions enabled cannot be passed through whole and is not reported.
+Inspur publishes no programming tool for these cards, so ``program`` is
+not supported: a request to program one fails with NotSupported, naming
+the driver. Inspur's NVMe drives share the vendor id but not the class,
+and are not reported.
 """
 import logging
 
@@ -15,6 +17,7 @@ from cyborg.accelerator.drivers import pci_report
 from cyborg.common.device_report import DriverDevice
 
 LOG = logging.getLogger(__name__)
+_warn = pci_report.WarnOnce(LOG)
 
 VENDOR_ID = '0x1bd4'
 
@@ -31,7 +34,7 @@ class InspurFpgaDriver(fpga_common.FpgaDriver):
 
     def discover(self) -> list[DriverDevice]:
         devices = [self._device(f) for f in self.bus.functions()
-                   if is_inspur_fpga(f)]
+                   if is_inspur_fpga(f) and pci_report.passable(f, _warn)]
         LOG.debug('inspur_fpga found %d card(s).', len(devices))
         return devices
 

@@ -2,7 +2,8 @@
 
 An NVMe function (class 0x010802) of vendor Inspur (0x1bd4) is one device
 with one deployable and one attach handle; NVMe drives of other vendors
-are left alone.
+are left alone. A drive with SR-IOV virtual functions enabled is not
+reported (its VFs are, each on its own).
 """
 import logging
 
@@ -15,6 +16,7 @@ from cyborg.accelerator.drivers.base import trait_part
 from cyborg.common.device_report import DriverDevice
 
 LOG = logging.getLogger(__name__)
+_warn = pci_report.WarnOnce(LOG)
 
 VENDOR_ID = '0x1bd4'
 NVME_CLASS = '0x010802'
@@ -41,7 +43,8 @@ class InspurNvmeSsdDriver(AcceleratorDriver):
         devices = []
         for function in self.bus.functions():
             if (function.vendor_id == VENDOR_ID
-                    and function.class_code == NVME_CLASS):
+                    and function.class_code == NVME_CLASS
+                    and pci_report.passable(function, _warn)):
                 traits = ['OWNER_CYBORG', 'CUSTOM_SSD_INSPUR',
                           product_trait(function)]
                 deployable = pci_report.deployable(

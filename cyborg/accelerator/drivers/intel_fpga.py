@@ -3,7 +3,8 @@ cards) driven by the kernel's DFL drivers or by OPAE's intel-fpga driver.
 
 Each card's physical function (PF) is one device with one deployable,
 named after the PF. A PF whose SR-IOV virtual functions are enabled lends
-them out, one accelerator per VF; a PF without VFs lends itself out. The
+them out, one accelerator per VF, and never itself; a PF without VFs
+lends itself out. The
 FPGA's partial-reconfiguration interface id and the ids of the loaded
 accelerator functions (AFUs) become traits, read from
 
@@ -110,9 +111,10 @@ class IntelFpgaDriver(fpga_common.FpgaDriver):
                       pf.address, address)
                 continue
             vfs.append(vf)
-        if not vfs and pf.sriov_numvfs:
-            _warn('Skipping Intel FPGA %s: %d VF(s) are enabled but none '
-                  'can be read', pf.address, pf.sriov_numvfs)
+        if not vfs and pf.vfs_enabled:
+            # The PF serves its VFs: it is not lent out in their place.
+            _warn('Skipping Intel FPGA %s: its VFs are enabled but none '
+                  'can be read', pf.address)
             return None
         traits = ['OWNER_CYBORG', 'CUSTOM_FPGA_INTEL',
                   f'CUSTOM_FPGA_INTEL_{product}']

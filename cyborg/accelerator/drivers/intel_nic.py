@@ -1,9 +1,10 @@
 """A driver for Intel Ethernet controllers of the 700 and E810 series.
 
 Each physical function (port) is one device. A port without SR-IOV VFs is
-one deployable passing the port through; a port with VFs is one deployable
-per VF, so that each VF is a resource provider of its own and Nova can ask
-for a VF on a given physical network. Attach handles carry the port's
+one deployable passing the port through; a port with VFs enabled is one
+deployable per VF, and the port itself is then never handed out, so that
+each VF is a resource provider of its own and Nova can ask for a VF on a
+given physical network. Attach handles carry the port's
 physical network (``[nic_devices] physical_device_mappings``), which Nova
 needs for ports backed by an accelerator request.
 """
@@ -87,9 +88,10 @@ class IntelNicDriver(AcceleratorDriver):
 
     def discover(self) -> list[DriverDevice]:
         by_address = {f.address: f for f in self.bus.functions()}
-        devices = [self._device(f, by_address) for f in by_address.values()
-                   if not f.is_vf and f.vendor_id == VENDOR_ID
-                   and f.device_id in PRODUCTS]
+        found = [self._device(f, by_address) for f in by_address.values()
+                 if not f.is_vf and f.vendor_id == VENDOR_ID
+                 and f.device_id in PRODUCTS]
+        devices = [d for d in found if d is not None]
         LOG.debug('intel_nic found %d port(s).', len(devices))
         return devices
 
@@ -101,7 +103,8 @@ class IntelNicDriver(AcceleratorDriver):
             return []
 
     def _device(self, pf: pci.PciFunction,
-                by_address: dict[str, pci.PciFunction]) -> DriverDevice:
+                by_address: dict[str, pci.PciFunction]
+                ) -> DriverDevice | None:
         product = PRODUCTS[pf.device_id]
         interfaces = self._interfaces(pf)
         physnet = next((self.physnets[i] for i in interfaces
@@ -127,9 +130,11 @@ class IntelNicDriver(AcceleratorDriver):
                 ['OWNER_CYBORG', kind, *traits],
                 [pci_report.pci_handle(function, **extra)])
 
-        if not pf.virtfns:
+        if not pf.vfs_enabled:
             deployables = [deployable(pf, 'CUSTOM_PF')]
         else:
+            # The port serves its VFs and is never passed through beside
+            # them.
             deployables = []
             for address in pf.virtfns:
                 vf = by_address.get(address)
@@ -139,6 +144,10 @@ class IntelNicDriver(AcceleratorDriver):
                                pf.address, address)
                     continue
                 deployables.append(deployable(vf, 'CUSTOM_VF'))
+            if not deployables:
+                self._warn('Skipping Intel %s port %s: its VFs are enabled '
+                           'but none can be read.', product, pf.address)
+                return None
         board = {'product': product, 'interfaces': interfaces}
         if physnet is not None:
             board['physical_network'] = physnet

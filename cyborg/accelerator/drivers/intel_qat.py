@@ -3,8 +3,8 @@ accelerators.
 
 Each QAT physical function is one device with one deployable. Instances
 get SR-IOV virtual functions: the PF's VFs are the deployable's attach
-handles, one accelerator each. A PF without VFs is passed through whole,
-as the only attach handle.
+handles, one accelerator each, and the PF is never one of them. A PF
+without VFs is passed through whole, as the only attach handle.
 """
 import logging
 
@@ -65,11 +65,11 @@ class IntelQatDriver(AcceleratorDriver):
                 self._warn('QAT %s endpoint %s: skipping VF %s, whose sysfs '
                            'entry cannot be read.', product, pf.address,
                            address)
-        if pf.virtfns and not vfs:
+        if pf.vfs_enabled and not vfs:
             # The host driver owns the PF while VFs exist: it cannot be
             # passed through in their place.
-            self._warn('Skipping QAT %s endpoint %s: none of its %d VFs '
-                       'can be read.', product, pf.address, len(pf.virtfns))
+            self._warn('Skipping QAT %s endpoint %s: its VFs are enabled '
+                       'but none can be read.', product, pf.address)
             return None
         handles = [pci_report.pci_handle(f) for f in vfs or [pf]]
         traits = ['OWNER_CYBORG', 'CUSTOM_QAT', f'CUSTOM_QAT_{product}']

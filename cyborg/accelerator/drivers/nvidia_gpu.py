@@ -2,15 +2,17 @@
 
 Every NVIDIA VGA or 3D controller that is not an SR-IOV virtual function
 is one device with one deployable. A GPU that ``[gpu_devices]`` gives no
-vGPU type is one ``PGPU`` with a ``PCI`` attach handle. A GPU given a type
+vGPU type is one ``PGPU`` with a ``PCI`` attach handle, unless SR-IOV
+VFs are enabled on it: it is then not reported, since its host driver
+serves them and it cannot be passed through whole. A GPU given a type
 is as many ``VGPU`` as it can host of that type, each an ``MDEV`` attach
 handle whose uuid becomes the mediated device's uuid when it is bound.
 
 GPUs with SR-IOV (Ampere and later, e.g. the A100) offer their vGPU types
 on their virtual functions, one vGPU per VF, rather than on the GPU
 itself; their handles then name the VF each vGPU is created on, which is
-what the hypervisor needs as the mdev's parent. Virtual functions are
-never reported as devices of their own.
+what the hypervisor needs as the mdev's parent, and never the GPU itself.
+Virtual functions are never reported as devices of their own.
 
 Creating and removing mdevs writes to sysfs
 (``mdev_supported_types/<type>/create``, the mdev's ``remove``), which
@@ -144,9 +146,9 @@ class NvidiaGpuDriver(AcceleratorDriver):
         for gpu in gpus:
             type_id = self.vgpu_types.get(gpu.address)
             if type_id is None:
-                devices.append(self._pgpu(gpu))
-                continue
-            device = self._vgpu(gpu, type_id, functions)
+                device = self._pgpu(gpu)
+            else:
+                device = self._vgpu(gpu, type_id, functions)
             if device is not None:
                 devices.append(device)
         LOG.debug('nvidia_gpu found %d GPU(s).', len(devices))
@@ -166,7 +168,13 @@ class NvidiaGpuDriver(AcceleratorDriver):
                            ADDRESSES_OPTION, address, type_id,
                            function.physfn)
 
-    def _pgpu(self, gpu: pci.PciFunction) -> DriverDevice:
+    def _pgpu(self, gpu: pci.PciFunction) -> DriverDevice | None:
+        """The GPU passed through whole; None, with a warning, while its
+        host driver serves VFs (vGPUs of an SR-IOV GPU)."""
+        if not pci_report.passable(
+                gpu, self._warn, f'set its sriov_numvfs to 0, or give it '
+                f'a vGPU type in {ADDRESSES_OPTION}'):
+            return None
         traits = ['OWNER_CYBORG', VENDOR_TRAIT,
                   f'CUSTOM_NVIDIA_{trait_part(gpu.device_id[2:])}']
         return pci_report.device('GPU', gpu, [pci_report.deployable(

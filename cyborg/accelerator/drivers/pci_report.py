@@ -28,6 +28,20 @@ class WarnOnce:
         self.log.log(logging.WARNING if first else logging.DEBUG, '%s', text)
 
 
+def passable(function: pci.PciFunction, warn: WarnOnce,
+             remedy: str = 'set its sriov_numvfs to 0 to hand it out'
+             ) -> bool:
+    """Whether ``function`` can be passed through whole; a PF with SR-IOV
+    VFs enabled cannot (its host driver serves them), which ``warn``
+    says, with ``remedy``."""
+    if not function.vfs_enabled:
+        return True
+    warn('PCI function %s is not reported: SR-IOV virtual functions are '
+         'enabled on it, so it cannot be passed through whole; %s.',
+         function.address, remedy)
+    return False
+
+
 def attributes(rc: str, traits: Iterable[str]) -> dict[str, str]:
     """Deployable attributes: the resource class as ``rc`` and the traits,
     without repeats, as ``trait0``, ``trait1``, ..."""

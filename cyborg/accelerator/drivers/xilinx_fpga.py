@@ -4,10 +4,13 @@ An Alveo card shows two physical functions in one PCI slot, both of class
 "Processing accelerators": the management function (bound to
 ``xclmgmt``), through which the card is programmed, and the user function
 (bound to ``xocl``), through which applications run. The card is one
-device named after its management function, with one deployable holding
-one accelerator whose attach handles are both functions, the user
-function first so that a bind hands it out. The card is programmed with
-XRT's ``xbmgmt`` (``[fpga] xbmgmt_path`` and ``xbmgmt_args``).
+device named after its management function, which is its control path
+and nothing else: programming addresses it with XRT's ``xbmgmt``
+(``[fpga] xbmgmt_path`` and ``xbmgmt_args``), and no instance ever gets
+it. The device's one deployable holds one accelerator whose attach
+handles are the user functions only, so a bind hands out a user function
+whichever handle it takes. A slot showing no user function (its shell
+not loaded) is reported with no accelerator until one appears.
 """
 import logging
 from typing import Any
@@ -21,6 +24,7 @@ from cyborg.common.device_report import DriverDeployable
 from cyborg.common.device_report import DriverDevice
 
 LOG = logging.getLogger(__name__)
+_warn = pci_report.WarnOnce(LOG)
 
 VENDOR_ID = '0x10ee'
 MANAGEMENT_DRIVER = 'xclmgmt'
@@ -64,17 +68,22 @@ class XilinxFpgaDriver(fpga_common.FpgaDriver):
     def _device(self, functions: list[pci.PciFunction]) -> DriverDevice:
         mgmt = management_function(functions)
         users = [f for f in functions if f is not mgmt]
+        if not users:
+            _warn('Xilinx card %s shows no user function; it offers no '
+                  'accelerator until one appears.', mgmt.address)
         traits = ['OWNER_CYBORG', 'CUSTOM_FPGA_XILINX',
                   fpga_common.product_trait(mgmt)]
-        # One accelerator, whichever function a bind hands out.
+        # One accelerator, whichever user function a bind hands out. The
+        # management function is no attach handle: passed through, it
+        # would take from the host the path that programs and resets the
+        # card, and give an instance control of the card's shell.
         deployable = DriverDeployable(
             name=mgmt.deployable_name(self.hostname),
-            num_accelerators=1,
+            num_accelerators=1 if users else 0,
             driver_name=self.driver_name,
             attributes=pci_report.attributes(fpga_common.RESOURCE_CLASS,
                                              traits),
-            attach_handles=[pci_report.pci_handle(f)
-                            for f in [*users, mgmt]])
+            attach_handles=[pci_report.pci_handle(f) for f in users])
         board: dict[str, Any] = {'management_function': mgmt.address}
         if users:
             board['user_functions'] = [f.address for f in users]

@@ -320,14 +320,19 @@ def _sync_deployable(w: _Writer, existing: _DeployableRows, report: Report,
             new_handles.append(handle)
         else:
             changed |= w.update(models.AttachHandle, row,
-                                {'attach_type': handle['attach_type']})
+                                {'attach_type': handle['attach_type'],
+                                 'missing_since': None})
     for info, row in existing.handles.items():
         if info in handles:
             continue
         if row.id in busy_handles:
             LOG.warning('Attach handle %s of deployable %s is gone from the '
-                        'host but still in use; keeping it.',
-                        row.attach_info, existing.row.name)
+                        'host but still in use; keeping it, never to be '
+                        'handed out again.', row.attach_info,
+                        existing.row.name)
+            if row.missing_since is None:
+                w.update(models.AttachHandle, row,
+                         {'missing_since': timeutils.utcnow()})
             w.result.kept_in_use += 1
             continue
         w.delete(models.AttachHandle, row)

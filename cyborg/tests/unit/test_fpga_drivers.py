@@ -171,7 +171,7 @@ def test_intel_ignores_other_devices(conf, tmp_path):
 
 # Xilinx
 
-def test_xilinx_slot_is_one_device_with_both_functions(conf, tree):
+def test_xilinx_slot_is_one_device_lending_its_user_function(conf, tree):
     configure(conf, tree.root)
     [u250] = xilinx_fpga.XilinxFpgaDriver(conf).discover()
     assert (u250.type, u250.vendor, u250.model) == ('FPGA', '0x10ee',
@@ -191,9 +191,9 @@ def test_xilinx_slot_is_one_device_with_both_functions(conf, tree):
         'rc': 'FPGA', 'trait0': 'OWNER_CYBORG',
         'trait1': 'CUSTOM_FPGA_XILINX',
         'trait2': 'CUSTOM_FPGA_PRODUCT_ID_5004'}
+    # The management function is the control path only, never handed out.
     assert [(h.attach_type, h.attach_info)
-            for h in deployable.attach_handles] == [
-        ('PCI', pci(U250_USER)), ('PCI', pci(U250_MGMT))]
+            for h in deployable.attach_handles] == [('PCI', pci(U250_USER))]
     check_report([u250])
 
 
@@ -209,7 +209,24 @@ def test_xilinx_management_function_found_by_its_driver(conf, tmp_path):
     assert card.deployables[0].attributes['trait2'] == (
         'CUSTOM_FPGA_PRODUCT_ID_500C')
     assert [h.attach_info for h in card.deployables[0].attach_handles] == [
-        pci('0000:d8:00.0'), pci('0000:d8:00.1')]
+        pci('0000:d8:00.0')]
+
+
+def test_xilinx_card_without_a_user_function_offers_nothing(conf, tmp_path,
+                                                            caplog):
+    tree = SysfsTree(tmp_path)
+    tree.add_function(U250_MGMT, 0x10ee, 0x5004, PROCESSING_ACCELERATOR,
+                      driver='xclmgmt')
+    configure(conf, tree.root)
+    with caplog.at_level(logging.WARNING):
+        [card] = xilinx_fpga.XilinxFpgaDriver(conf).discover()
+    # Still a device, so that it can be programmed through its management
+    # function, but with nothing to hand out.
+    assert card.controlpath_id == pci(U250_MGMT)
+    [deployable] = card.deployables
+    assert (deployable.num_accelerators, deployable.attach_handles) == (0, [])
+    assert f'Xilinx card {U250_MGMT} shows no user function' in caplog.text
+    check_report([card])
 
 
 def test_xilinx_ignores_other_devices(conf, tmp_path):

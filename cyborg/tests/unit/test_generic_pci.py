@@ -1,6 +1,7 @@
 """The generic PCI driver on fake sysfs trees and on this machine."""
 import collections
 import json
+import logging
 import os
 
 import pytest
@@ -99,17 +100,26 @@ def test_matching_by_product_reports_the_configured_type(conf, tree):
 def test_matching_by_class_prefix(conf, tree):
     driver = _driver(conf, tree.root, {'class': '0x0302', 'type': 'GPU'})
     devices = driver.discover()
-    # VFs inherit their PF's class.
-    assert _addresses(devices) == [GPU, *GPU_VFS]
+    # VFs inherit their PF's class; the PF, which serves them, is not
+    # passed through beside them.
+    assert _addresses(devices) == GPU_VFS
     assert {d.type for d in devices} == {'GPU'}
     assert devices[0].deployables[0].attributes['rc'] == 'PGPU'
     network = _driver(conf, tree.root, {'class': '02'}).discover()
-    assert _addresses(network) == [VIRTIO_NET, NIC, *NIC_VFS]
+    assert _addresses(network) == [VIRTIO_NET, *NIC_VFS]
 
 
-def test_pf_only_and_vf_only(conf, tree):
+def test_pf_only_and_vf_only(conf, tree, caplog):
     pfs = _driver(conf, tree.root, {'class': '0x0302', 'type': 'GPU',
                                     'physical_function_only': True})
+    # Not while its VFs are enabled: the PF is no whole device then.
+    with caplog.at_level(logging.WARNING):
+        assert _addresses(pfs.discover()) == []
+    assert (f'PCI function {GPU} is not reported: SR-IOV virtual functions '
+            'are enabled on it') in caplog.text
+    tree.write(f'sys/bus/pci/devices/{GPU}/sriov_numvfs', 0)
+    for n in range(len(GPU_VFS)):
+        tree.remove(f'sys/bus/pci/devices/{GPU}/virtfn{n}')
     assert _addresses(pfs.discover()) == [GPU]
     vfs = _driver(conf, tree.root, {'class': '0x0302', 'type': 'GPU',
                                     'virtual_function_only': True})
@@ -121,7 +131,8 @@ def test_matching_by_address_pattern(conf, tree):
     assert _addresses(driver.discover()) == NIC_VFS
     driver = _driver(conf, tree.root, {'address': '0000:3[bd]:00.0',
                                        'type': 'QAT'})
-    assert _addresses(driver.discover()) == [GPU, QAT]
+    # The GPU serves VFs.
+    assert _addresses(driver.discover()) == [QAT]
 
 
 def test_first_matching_spec_wins(conf, tree):
@@ -154,7 +165,7 @@ def test_loaded_by_name_with_its_options(conf, tree):
     _driver(conf, tree.root, {'vendor_id': '0x10de'})
     [driver, _] = drivers.load_drivers(conf)
     assert isinstance(driver, generic_pci.GenericPciDriver)
-    assert _addresses(driver.discover()) == [GPU, *GPU_VFS]
+    assert _addresses(driver.discover()) == GPU_VFS
 
 
 @pytest.mark.parametrize('spec, message', [

@@ -204,11 +204,15 @@ def test_a_gpu_not_offering_its_type_is_left_out_until_it_does(
     deployable = _by_address(driver.discover())[A100].deployables[0]
     assert deployable.num_accelerators == 4
 
+    # Without a vGPU type the A100 is no whole GPU while its VFs are
+    # enabled.
     driver = _driver(conf, tree, ['nvidia-474'], [f'nvidia-474:{T4}'])
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        assert list(_by_address(driver.discover())) == [A100, T4_SPARE, RTX]
+        assert list(_by_address(driver.discover())) == [T4_SPARE, RTX]
     assert 'it offers: nvidia-222, nvidia-223' in caplog.text
+    assert (f'PCI function {A100} is not reported: SR-IOV virtual '
+            'functions are enabled on it') in caplog.text
 
 
 def test_configured_addresses_without_a_gpu_are_warned_about_once(
@@ -228,10 +232,16 @@ def test_configured_addresses_without_a_gpu_are_warned_about_once(
         'nvidia-474, but that is a virtual function; name its GPU '
         f'{A100} instead.',
         '[gpu_devices] vgpu_type_addresses names 0000:99:00.0 for vGPU type '
-        'nvidia-222, but there is no NVIDIA GPU at that address.']
+        'nvidia-222, but there is no NVIDIA GPU at that address.',
+        f'PCI function {A100} is not reported: SR-IOV virtual functions are '
+        'enabled on it, so it cannot be passed through whole; set its '
+        'sriov_numvfs to 0, or give it a vGPU type in [gpu_devices] '
+        'vgpu_type_addresses.']
     found = _by_address(devices)
     assert found[T4].deployables[0].attributes['rc'] == 'VGPU'
-    assert found[A100].deployables[0].attributes['rc'] == 'PGPU'
+    # Its VFs are enabled but it is given no type: neither vGPUs nor a
+    # whole GPU.
+    assert A100 not in found
     caplog.clear()
     with caplog.at_level(logging.WARNING):
         driver.discover()
