@@ -248,10 +248,7 @@ class PlacementSync:
                 return result
             except exception.PlacementError as exc:
                 result.pending = len(todo) + len(removals)
-                if placement_client.is_away(exc):
-                    result.placement_away = True
-                    self._lost(hostname, exc)
-                else:
+                if not self._away(hostname, exc, result):
                     LOG.warning('Cannot read placement for host %s: %s',
                                 hostname, exc)
                 return result
