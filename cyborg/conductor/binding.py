@@ -11,6 +11,7 @@ by ``fail_stale_binds``.
 """
 import collections
 import datetime
+import functools
 import logging
 import time
 from typing import Any
@@ -82,9 +83,11 @@ class Binder:
                     removed.append(holder['arq_uuid'])
                 else:
                     failed.append(holder['arq_uuid'])
+        # One Glance look-up per function the PATCH names, however many
+        # of its requests name it, and on a deadlock's retry too.
         batch = arq_bindings.apply_patch(
             context, binds, unbinds, removed, failed,
-            find_bitstream=self._find_bitstream)
+            find_bitstream=functools.cache(self._find_bitstream))
         self._after(batch)
         return batch
 
@@ -181,9 +184,7 @@ class Binder:
                 attach_handles.INSTANT_TYPES
                 and ended.get(j['arq_uuid']) != 'Bound']
         if undo:
-            self._free([{k: j[k] for k in (
-                'arq_uuid', 'attach_handle_id', 'attach_handle_uuid',
-                'attach_info', 'driver_name', 'host')} for j in undo])
+            self._free(undo)
         self._notify(ended, {j['arq_uuid']: j['instance_uuid']
                              for j in jobs})
 
