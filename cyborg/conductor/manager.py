@@ -39,7 +39,7 @@ class ConductorManager:
     """Turns agent reports and heartbeats into database rows, publishes
     them to placement and binds accelerator requests."""
 
-    target = messaging.Target(version='1.6')
+    target = messaging.Target(version='1.7')
 
     def __init__(self, conf: cfg.ConfigOpts,
                  placement: placement_sync.PlacementSync | None = None,
@@ -165,7 +165,16 @@ class ConductorManager:
     @messaging.expected_exceptions(exception.CyborgException)
     def arq_delete(self, context: cyborg_context.RequestContext,
                    uuids: list[str] | None = None,
-                   instance_uuid: str | None = None) -> None:
+                   instance_uuid: str | None = None,
+                   project_id: str | None = None) -> None:
+        """By uuid (the API checked the caller sees each), or by
+        instance: then only ``project_id``'s requests (1.7), every
+        project's when it is None."""
+        if instance_uuid is not None and project_id is not None:
+            found, _ = arqs.get_all(context, project_id, instance_uuid)
+            if not found:
+                return
+            uuids = [arq['uuid'] for arq in found]
         self.binder.delete(context, uuids, instance_uuid)
 
     @messaging.expected_exceptions(exception.CyborgException)

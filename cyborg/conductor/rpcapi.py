@@ -13,6 +13,8 @@ from cyborg.common import rpc
 LOG = logging.getLogger(__name__)
 
 Context = cyborg_context.RequestContext
+# What ``ConductorAPI._call_newer`` returns when the call was not made.
+NOT_TAKEN = object()
 
 
 class ConductorAPI:
@@ -33,9 +35,11 @@ class ConductorAPI:
       each enabled driver.
     * 1.6 - ``mdevs_owned`` and ``mdevs_removed``: an agent reconciles the
       mdevs it made with the requests that still hold them.
+    * 1.7 - ``arq_delete`` takes ``project_id``: deleting by instance
+      deletes only that project's requests.
     """
 
-    RPC_API_VERSION = '1.6'
+    RPC_API_VERSION = '1.7'
 
     def __init__(self, conf: cfg.ConfigOpts, create_batch: int = 1) -> None:
         """``create_batch`` > 1: ``arq_create`` calls made at the same
@@ -72,6 +76,27 @@ class ConductorAPI:
                 reason=f'no cyborg-conductor answered {method} '
                        f'({type(exc).__name__}); retry later.') from exc
 
+    def _call_newer(self, context: Context, version: str, method: str,
+                    instead: str, **kwargs: Any) -> Any:
+        """``_call`` at ``version``, or NOT_TAKEN when an ``[upgrade_levels]
+        conductor`` cap is below it or a conductor refuses it (before
+        doing anything; logged, with what the caller does ``instead``)."""
+        if not self.client.can_send_version(version):
+            return NOT_TAKEN
+        try:
+            return self._call(context, version, method, **kwargs)
+        except (messaging.UnsupportedVersion, messaging.RemoteError) as exc:
+            # Refused by the dispatcher; over a real broker it arrives as
+            # a RemoteError.
+            if getattr(exc, 'exc_type', 'UnsupportedVersion') != (
+                    'UnsupportedVersion'):
+                raise
+        major, minor = version.split('.')
+        LOG.warning('A conductor does not take RPC %s; %s. Until every '
+                    'conductor is upgraded, set [upgrade_levels] conductor '
+                    '= %s.%d.', version, instead, major, int(minor) - 1)
+        return NOT_TAKEN
+
     def report_data(self, context: Context, host: str,
                     report: dict[str, Any]) -> dict[str, int]:
         """Make the database equal to ``report`` for ``host``; wait for it.
@@ -82,21 +107,11 @@ class ConductorAPI:
         again without them when a conductor refuses 1.5.
         """
         if isinstance(report, dict) and 'drivers' in report:
-            if self.client.can_send_version('1.5'):
-                try:
-                    return self._call(context, '1.5', 'report_data',
-                                      host=host, report=report)
-                except (messaging.UnsupportedVersion,
-                        messaging.RemoteError) as exc:
-                    # Refused by the dispatcher, before anything was done;
-                    # over a real broker it arrives as a RemoteError.
-                    if getattr(exc, 'exc_type', 'UnsupportedVersion') != (
-                            'UnsupportedVersion'):
-                        raise
-                LOG.warning('A conductor does not take RPC 1.5; reported '
-                            'without driver states. Until every conductor '
-                            'is upgraded, set [upgrade_levels] conductor '
-                            '= 1.4.')
+            answer = self._call_newer(
+                context, '1.5', 'report_data',
+                'reporting without driver states', host=host, report=report)
+            if answer is not NOT_TAKEN:
+                return answer
             report = {k: v for k, v in report.items() if k != 'drivers'}
         return self._call(context, '1.0', 'report_data', host=host,
                           report=report)
@@ -156,8 +171,22 @@ class ConductorAPI:
                           unbinds=unbinds)
 
     def arq_delete(self, context: Context, uuids: list[str] | None = None,
-                   instance_uuid: str | None = None) -> None:
-        """Unbind and delete requests by uuid or by instance."""
+                   instance_uuid: str | None = None,
+                   project_id: str | None = None) -> None:
+        """Unbind and delete requests by uuid, or by instance.
+
+        By instance with ``project_id``, only that project's requests go;
+        ``uuids`` then names those the caller found, which conductors
+        before 1.7 (that would delete every project's) are sent instead.
+        """
+        if instance_uuid is not None and project_id is not None:
+            answer = self._call_newer(
+                context, '1.7', 'arq_delete',
+                "deleting the project's requests of the instance by uuid",
+                instance_uuid=instance_uuid, project_id=project_id)
+            if answer is not NOT_TAKEN or not uuids:
+                return None
+            instance_uuid = None
         return self._call(context, '1.1', 'arq_delete', uuids=uuids,
                           instance_uuid=instance_uuid)
 

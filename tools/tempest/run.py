@@ -8,11 +8,13 @@ driver, on fresh MariaDB databases (one for Keystone, one for cyborg)
 and a RabbitMQ virtual host. Then it
 writes a tempest workspace whose tempest.conf points at the Keystone,
 runs ``tempest run`` over ``cyborg_tempest_plugin.tests.api`` and prints
-tempest's summary. Every process is stopped by PID at the end, whatever
-happened. The exit code is tempest's (1 when the deployment did not come
-up).
+tempest's summary, then the tenancy probes (``test_tenancy.py``: real
+tokens of two projects and of a service user against the same stack).
+Every process is stopped by PID at the end, whatever happened. The exit
+code is tempest's, or the probes' when tempest passed (1 when the
+deployment did not come up).
 
-    tox -e tempest-api [-- --keep] [-- --regex REGEX]
+    tox -e tempest-api [-- --keep] [-- --regex REGEX] [-- --no-tenancy]
 
 The database and broker addresses are read from CYBORG_TEST_MYSQL_URL and
 CYBORG_TEST_RABBIT_URL, as the test suite does.
@@ -145,6 +147,10 @@ class Keystone:
             # with "database is locked".
             'database': {'connection': database_url},
             'token': {'provider': 'fernet'},
+            # Every user lives for one run: bcrypt's fewest rounds spare
+            # tempest's credential set-ups and the tenancy probes some
+            # 0.25 s of hashing per password set or checked.
+            'identity': {'password_hash_rounds': '4'},
             'fernet_tokens': {'key_repository':
                               str(self.workdir / 'fernet-keys')},
             'fernet_receipts': {'key_repository':
@@ -302,6 +308,21 @@ def run_tempest(workspace: pathlib.Path, regex: str,
     return subprocess.run(argv, cwd=workspace).returncode
 
 
+def run_tenancy(keystone: Keystone, api_url: str) -> int:
+    """The tenancy probes (``test_tenancy.py``, next to this file) with
+    real tokens of two projects against the running stack."""
+    argv = [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
+            str(pathlib.Path(__file__).with_name('test_tenancy.py'))]
+    log(' '.join(argv[1:]))
+    # Without the plugins installed for the test suite (schemathesis,
+    # xdist) pytest starts in a fraction of a second instead of several.
+    env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD='1',
+               CYBORG_TENANCY_KEYSTONE=keystone.url,
+               CYBORG_TENANCY_API=api_url,
+               CYBORG_TENANCY_ADMIN_PASSWORD=ADMIN_PASSWORD)
+    return subprocess.run(argv, cwd=ROOT, env=env).returncode
+
+
 def _unreachable() -> list[str]:
     """Which of the database and broker servers do not accept a
     connection."""
@@ -319,6 +340,9 @@ def main() -> int:
                         '(default: a new temporary directory)')
     parser.add_argument('--keep', action='store_true',
                         help='keep the work directory afterwards')
+    parser.add_argument('--no-tenancy', dest='tenancy',
+                        action='store_false',
+                        help='skip the tenancy probes that follow tempest')
     args = parser.parse_args()
     missing = _unreachable()
     if missing:
@@ -378,6 +402,11 @@ def main() -> int:
         (workspace / 'logs').mkdir()
         write_tempest_conf(workspace, keystone, args.concurrency)
         code = run_tempest(workspace, args.regex, args.concurrency)
+        if args.tenancy:
+            probes = time.monotonic()
+            probed = run_tenancy(keystone, stack.api_url)
+            log(f'tenancy probes took {time.monotonic() - probes:.1f}s')
+            code = code or probed
         failed = code != 0
         return code
     except Exception as exc:

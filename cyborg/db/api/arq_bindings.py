@@ -329,9 +329,14 @@ def apply_patch(context: cyborg_context.RequestContext,
     _drop_claims(session, {found[u].instance_uuid for u in unbinds})
     for instance in sorted({b['instance_uuid'] for b in binds.values()}):
         if not _claim(session, instance):
+            # The claim may be another project's, whose requests must never
+            # share a server with the caller's: refused, with the answer
+            # the caller gets for its own instance, naming nothing but
+            # what it sent.
             raise exception.Invalid(
-                reason=f'Instance {instance} already has accelerator '
-                       'requests. Cannot bind additional ARQs.')
+                reason=f'Cannot bind accelerator requests to instance '
+                       f'{instance}: bind all of an instance\'s accelerator '
+                       'requests in one PATCH.')
     # Taking handles deployable by deployable, in one order for every
     # transaction, keeps concurrent batches from locking in a cycle.
     programming: dict[int, str] = {}
@@ -354,16 +359,22 @@ def delete(context: cyborg_context.RequestContext,
     ``attach_handles.release``).
 
     By uuid every one must exist (ARQNotFound otherwise, nothing deleted);
-    by instance, none is fine.
+    by instance, none is fine. Both given: those of ``uuids`` still bound
+    to the instance (one project's, see ``ConductorManager.arq_delete``).
     """
     session = context.session
+    where = []
     if uuids is not None:
-        where = ARQ.uuid.in_(uuids)
-    else:
-        where = ARQ.instance_uuid == instance_uuid
-    rows = _held(session, where)
-    if uuids is not None:
-        missing = set(uuids) - {r.uuid for r in rows}
+        where.append(ARQ.uuid.in_(uuids))
+    if instance_uuid is not None:
+        where.append(ARQ.instance_uuid == instance_uuid)
+    if not where:
+        # Never "every unbound request" (instance_uuid IS NULL).
+        raise exception.Invalid(reason='Name the accelerator requests to '
+                                       'delete, or their instance.')
+    rows = _held(session, sa.and_(*where))
+    if instance_uuid is None:
+        missing = set(uuids or ()) - {r.uuid for r in rows}
         if missing:
             raise exception.ARQNotFound(uuids=', '.join(sorted(missing)))
     batch = BindBatch()

@@ -13,6 +13,7 @@ from oslo_utils import timeutils
 from cyborg import context as cyborg_context
 from cyborg.common import exception
 from cyborg.db import models
+from cyborg.db.api import device_profiles
 from cyborg.db.api import query
 from cyborg.db.api import reader
 from cyborg.db.api import writer
@@ -64,12 +65,25 @@ def get_all(context: cyborg_context.RequestContext,
             instance_uuid: str | None = None, resolved_only: bool = False,
             size: int | None = None, marker: str | None = None
             ) -> tuple[list[dict[str, Any]], bool]:
-    """ARQs, filtered in SQL; ``project_id`` None means every project."""
+    """ARQs, filtered in SQL; ``project_id`` None means every project.
+
+    ``marker`` must name an ARQ the caller sees: another project's is
+    refused as an unknown uuid is.
+    """
     select = _scoped(_select(), project_id)
     if instance_uuid is not None:
         select = select.where(ARQ.instance_uuid == instance_uuid)
     if resolved_only:
         select = select.where(ARQ.state.in_(RESOLVED))
+    if marker is not None:
+        marker_id = context.session.scalar(_scoped(
+            sa.select(ARQ.id), project_id).where(ARQ.uuid == marker))
+        if marker_id is None:
+            # As query.paginate answers a uuid nobody has.
+            raise exception.Invalid(
+                reason=f'marker {marker} does not name an item of this '
+                       'list.')
+        select, marker = select.where(ARQ.id > marker_id), None
     rows, more = query.paginate(context.session, select, ARQ, size, marker)
     return [to_dict(r) for r in rows], more
 
@@ -104,12 +118,6 @@ def get_by_uuids(context: cyborg_context.RequestContext, uuids: list[str],
     if missing:
         raise exception.ARQNotFound(uuids=', '.join(sorted(missing)))
     return [to_dict(r) for r in rows]
-
-
-def accelerator_count(group: dict[str, str]) -> int:
-    """How many ARQs a request group needs: the sum of its resources."""
-    return sum(int(v) for k, v in group.items()
-               if k.startswith('resources:'))
 
 
 @writer
@@ -148,9 +156,16 @@ def create_many(context: cyborg_context.RequestContext,
         if profile is None:
             results.append(exception.DeviceProfileNotFound(name=profile_name))
             continue
+        # A profile stored before the limits were lowered makes no more
+        # requests than a new one could.
+        problem = device_profiles.too_many_accelerators(groups[profile_name])
+        if problem:
+            results.append(exception.Invalid(
+                reason=f'device profile {profile_name}: {problem}'))
+            continue
         mine = []
         for group_id, group in enumerate(groups[profile_name]):
-            for _ in range(accelerator_count(group)):
+            for _ in range(device_profiles.accelerator_count(group)):
                 mine.append({'uuid': str(uuid_lib.uuid4()),
                              'state': 'Initial',
                              'project_id': project_id,

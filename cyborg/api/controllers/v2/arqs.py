@@ -106,6 +106,8 @@ class ARQsController(rest.RestController):
         if bind_state is not None and bind_state != 'resolved':
             raise base.legacy_error(
                 f'bind_state must be "resolved", not {bind_state!r}.')
+        if instance is not None:
+            base.check_uuid(instance, 'instance')
         project = _project_scope(ctx)
         resolved = bind_state == 'resolved'
         if (resolved and instance is not None
@@ -154,8 +156,19 @@ class ARQsController(rest.RestController):
                 '<uuid> (or in the path), or ?instance=<uuid>; not both.')
         api = pecan.request.conductor_api
         if instance is not None:
+            base.check_uuid(instance, 'instance')
             _require_service_token(ctx)
-            api.arq_delete(ctx, instance_uuid=instance)
+            project = _project_scope(ctx)
+            mine = None
+            if project is not None:
+                # Only the caller's requests go; none is fine, as for an
+                # instance nobody knows.
+                mine = [a['uuid'] for a in arq_db.get_all(ctx, project,
+                                                           instance)[0]]
+                if not mine:
+                    return
+            api.arq_delete(ctx, uuids=mine, instance_uuid=instance,
+                           project_id=project)
             return
         bad = [u for u in uuids if not uuidutils.is_uuid_like(u)]
         if bad:

@@ -215,7 +215,10 @@ def test_instance_with_arqs_cannot_bind_more(api, seeded):
         '/v2/accelerator_requests',
         _bind_body(second, 'node1', seeded['rp_uuid']), headers=SERVICE,
         status=400)
-    assert 'already has accelerator requests' in _fault(response)
+    assert _fault(response) == (
+        f'Invalid input: Cannot bind accelerator requests to instance '
+        f"{INSTANCE}: bind all of an instance's accelerator requests in one "
+        'PATCH.')
 
 
 def test_rebinding_a_bound_arq_is_409(api, seeded):
