@@ -1,24 +1,97 @@
-"""``expose``: WSME's wsexpose, with unexpected errors kept internal.
+"""``expose``: WSME's wsexpose, with every error mapped to a status here.
 
-A CyborgException reaches the client with its own status and message. Any
-other exception is a bug or an outage: WSME logs it with its traceback, and
-the client gets a 500 naming the request id, never the internal message
-(which may hold SQL, hosts or addresses).
+A CyborgException reaches the client with its own status and message. An
+outage (no conductor answered; the database cannot be reached, by this
+process or by the conductor that took the call) is a 503 with a
+Retry-After header, logged as one warning line with the request id. Any
+other exception is a bug: WSME logs it with its traceback, and the client
+gets a 500 naming the request id, never the internal message (which may
+hold SQL, hosts or addresses).
 """
+import functools
+import inspect
 import logging
+import re
+from collections.abc import Callable
 from typing import Any
 
+import oslo_messaging as messaging
 import pecan
+import sqlalchemy as sa
 import wsme.api
+from oslo_db import exception as db_exc
 from wsmeext.pecan import wsexpose
 
+from cyborg.api import errors
 from cyborg.common import exception
 
 LOG = logging.getLogger(__name__)
 
-expose = wsexpose
+# Seconds a client is asked to wait before it retries after a 503: long
+# enough for a database or conductor restart to be under way, short
+# enough that keystoneauth's retries (which honour it) end soon after.
+RETRY_AFTER = 5
+
+# oslo.db's name for "cannot connect, or lost the connection" (MariaDB
+# 2002/2003/2006/2013, PostgreSQL disconnects), and for a database that is
+# not there (SQLite: "unable to open database file").
+_DB_DOWN = (db_exc.DBConnectionError, db_exc.DBNonExistentDatabase)
+_DB_DOWN_NAMES = frozenset(cls.__name__ for cls in _DB_DOWN)
+
+# The same, said by the drivers, for OperationalErrors that arrive without
+# oslo.db's translation (another engine, or a conductor's RemoteError).
+_NO_SERVER = re.compile(
+    r"can't connect|gone away|lost connection|connection refused|"
+    r'could not connect|connection to server .* failed|'
+    r'closed the connection|terminating connection|database system is|'
+    r'unable to open database file', re.IGNORECASE)
 
 _format_exception = wsme.api.format_exception
+
+
+def _database_down(error: BaseException) -> bool:
+    """Whether ``error`` says the database cannot be reached."""
+    if isinstance(error, messaging.RemoteError):
+        # Raised in a conductor; oslo_db's classes are not rebuilt here.
+        return error.exc_type in _DB_DOWN_NAMES or (
+            error.exc_type == 'OperationalError'
+            and bool(_NO_SERVER.search(error.value or '')))
+    if isinstance(error, _DB_DOWN):
+        return True
+    return isinstance(error, sa.exc.OperationalError) and (
+        error.connection_invalidated or bool(_NO_SERVER.search(str(error))))
+
+
+class _Outages:
+    """``function``, raising a database outage as DatabaseUnavailable.
+
+    WSME takes the status from the ``code`` of what the function raised,
+    before format_exception sees it, so the outage is recognised here. An
+    object, not a function: WSME and pecan read the arguments from its
+    signature, and a function's would be copied onto WSME's own wrapper,
+    which pecan must keep seeing as (self, *args, **kwargs).
+    """
+
+    def __init__(self, function: Callable) -> None:
+        functools.update_wrapper(self, function)
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        return inspect.signature(self.__wrapped__)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self.__wrapped__(*args, **kwargs)
+        except Exception as exc:
+            if not _database_down(exc):
+                raise
+            raise exception.DatabaseUnavailable() from exc
+
+
+def expose(*args: Any, **kwargs: Any) -> Callable[[Callable], Callable]:
+    """``wsexpose``, with database outages answered as such."""
+    decorate = wsexpose(*args, **kwargs)
+    return lambda function: decorate(_Outages(function))
 
 
 def _request_id() -> str:
@@ -28,19 +101,32 @@ def _request_id() -> str:
         return '-'
 
 
+def _cause(error: BaseException) -> str:
+    """'; cause: ' and the first line of what ``error`` was raised from."""
+    cause = error.__cause__
+    lines = str(cause).strip().splitlines() if cause is not None else []
+    return f'; cause: {lines[0]}' if lines else ''
+
+
 def format_exception(excinfo: Any, debug: bool = False) -> dict[str, Any]:
     """WSME's fault document; the message hidden for unexpected errors."""
-    fault = _format_exception(excinfo, debug)
     error = excinfo[1]
+    if isinstance(error, exception.ServiceUnavailable):
+        # Expected while a dependency is down: WSME would log it as a
+        # server error, with a traceback. oslo.log ends the line with the
+        # exception being handled, this one, which says what the client got.
+        LOG.warning('Request %s answered %d%s', _request_id(), error.code,
+                    _cause(error))
+        pecan.response.headers['Retry-After'] = str(RETRY_AFTER)
+        return errors.fault(error.code, error.message)
+    fault = _format_exception(excinfo, debug)
     if isinstance(error, exception.CyborgException):
         # Not str(error): an error a conductor raised comes back from
         # oslo.messaging with the conductor's traceback in str().
         fault['faultstring'] = error.message
     if not isinstance(error, exception.CyborgException) and (
             fault.get('faultcode') == 'Server'):
-        fault['faultstring'] = (
-            f'An unexpected error occurred (request {_request_id()}); see '
-            'the cyborg-api log.')
+        fault['faultstring'] = errors.unexpected(_request_id())
     return fault
 
 

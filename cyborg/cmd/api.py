@@ -36,13 +36,25 @@ def create_server(host: str, port: int, threads: int,
     """A multi-threaded HTTP server for the API, bound but not started.
 
     With ``sockets`` it serves those already-bound sockets instead of
-    binding ``host:port``.
+    binding ``host:port``. A connection that sends nothing for ``[api]
+    client_socket_timeout`` seconds is closed; past ``[api]
+    connection_limit`` open connections, new ones wait in the socket's
+    backlog (waitress' 1024).
     """
     options = {'sockets': sockets} if sockets else {'host': host,
                                                     'port': port}
     return waitress.create_server(
         app.setup_app(CONF), threads=threads, ident='cyborg-api',
-        clear_untrusted_proxy_headers=True, **options)
+        clear_untrusted_proxy_headers=True,
+        channel_timeout=CONF.api.client_socket_timeout,
+        # How often waitress looks for such connections; its 30 s would
+        # keep them up to that much longer.
+        cleanup_interval=1,
+        connection_limit=CONF.api.connection_limit,
+        # select() fails on descriptors above 1023, which a raised
+        # connection_limit reaches.
+        asyncore_use_poll=True,
+        **options)
 
 
 def _serve(sockets: list[socket.socket] | None = None) -> int:

@@ -80,6 +80,14 @@ class ServiceUnavailable(CyborgException):
     code = 503
 
 
+class DatabaseUnavailable(ServiceUnavailable):
+    """The database cannot be reached; the driver's own error, which names
+    hosts and addresses, is the ``__cause__`` and goes to the log only."""
+
+    msg_fmt = ('Service unavailable: cyborg cannot reach its database; '
+               'retry later.')
+
+
 class LegacyServerError(CyborgException):
     """An error that API versions before 2.4 answer with 500, as clients
     written against them (and their tests) expect; 2.4 answers 400."""

@@ -26,8 +26,7 @@ retry_on_deadlock = oslo_db_api.wrap_db_retry(
 
 _ENGINE_OPTIONS = ('connection', 'slave_connection', 'sqlite_synchronous',
                    'connection_recycle_time', 'max_pool_size',
-                   'max_overflow', 'pool_timeout', 'max_retries',
-                   'retry_interval', 'mysql_sql_mode',
+                   'max_overflow', 'pool_timeout', 'mysql_sql_mode',
                    'connection_debug', 'connection_trace')
 
 
@@ -83,12 +82,40 @@ def _serialize_sqlite_writers(engine: sa.engine.Engine) -> None:
 main_context_manager.append_on_engine_create(_tune_engine)
 
 
+def connection_url(url: str) -> str:
+    """``url``, naming the utf8mb4 character set when it is MySQL's and
+    names none.
+
+    oslo.db otherwise connects with ``utf8``, MySQL's three-byte subset:
+    a character beyond U+FFFF (an emoji in a description, a filter value)
+    then fails the statement instead of being stored or compared.
+    """
+    parsed = sa.engine.make_url(url)
+    if (parsed.get_backend_name() != 'mysql'
+            or 'charset' in parsed.query):
+        return url
+    return parsed.update_query_dict({'charset': 'utf8mb4'}).render_as_string(
+        hide_password=False)
+
+
 def configure(conf: cfg.ConfigOpts) -> None:
     """Point the facade at ``[database]``; call once per process."""
     options: dict[str, Any] = {
         name: getattr(conf.database, name) for name in _ENGINE_OPTIONS
         if getattr(conf.database, name, None) is not None}
+    for name in ('connection', 'slave_connection'):
+        if options.get(name):
+            options[name] = connection_url(options[name])
     options['sqlite_fk'] = True
+    # The engine is made by the first transaction, inside a request or an
+    # RPC call. oslo.db would first try a connection up to [database]
+    # max_retries times, retry_interval apart (100 s by default), holding
+    # that call, and every other behind its lock, on each call while the
+    # database is down. Without it each transaction connects when it
+    # needs to, fails at once during an outage (the API answers 503) and
+    # works again as soon as the database is back; pooled connections are
+    # checked before use (oslo.db's pool_pre_ping).
+    options['max_retries'] = 0
     main_context_manager.configure(**options)
 
 
