@@ -7,15 +7,19 @@ from typing import Any
 import pecan
 import pecan.util
 import webob
+import webob.multidict
 from oslo_config import cfg
 from oslo_middleware import http_proxy_to_wsgi
 from oslo_middleware import request_id
 from oslo_middleware import sizelimit
 
 from cyborg.api import hooks
+from cyborg.api.controllers import root
 from cyborg.api.middleware import auth
 from cyborg.api.middleware import encoding
+from cyborg.api.middleware import json_only
 from cyborg.api.middleware import parsable_error
+from cyborg.api.middleware import routes
 from cyborg.common import policy
 
 _ArgSpec = collections.namedtuple('ArgSpec', 'args varargs keywords defaults')
@@ -46,15 +50,26 @@ class Request(webob.Request):
 
     pecan's own class wraps every attribute read to turn a decoding error
     into a 400, several hundred reads per request; ``encoding.Utf8Check``
-    refuses such requests before they get here instead.
+    and ``json_only.JsonOnly`` refuse such requests before they get here
+    instead.
+
+    Nothing reads the body through it: WSME parses the JSON body once, for
+    the handler. While routing, pecan would parse a form (``POST``, for a
+    ``_method`` field), failing on a multipart body without a boundary,
+    and a JSON object a second time (``json``, to pass its keys to the
+    handler as arguments).
     """
+
+    POST = webob.multidict.NoVars('The API reads no forms.')
+    json = json_body = None
 
 
 def setup_app(conf: cfg.ConfigOpts) -> Callable[..., Any]:
     """The API as a WSGI callable, configured from ``conf``.
 
-    The pipeline, outermost first: proxy headers, request id, JSON
-    errors, body size limit, authentication, UTF-8 check, pecan.
+    The pipeline, outermost first: proxy headers, request id, HEAD as
+    GET, JSON errors, body size limit, authentication, paths and methods,
+    UTF-8 path and query, JSON in and out, pecan.
     """
     policy.get_enforcer(conf)
     app = pecan.make_app(
@@ -66,13 +81,16 @@ def setup_app(conf: cfg.ConfigOpts) -> Callable[..., Any]:
         debug=False,
         logging={},
         request_cls=Request)
+    app = json_only.JsonOnly(app)
     app = encoding.Utf8Check(app)
+    app = routes.Routes(app, root.ROUTES, root.ADDED_IN)
     if conf.api.auth_strategy == 'keystone':
         app = auth.KeystoneAuth(app, {'oslo_config_config': conf})
     else:
         app = auth.NoAuth(app)
     app = sizelimit.RequestBodySizeLimiter(app, conf)
-    app = parsable_error.ParsableErrorMiddleware(app)
+    app = parsable_error.ParsableErrorMiddleware(app, conf)
+    app = routes.Head(app)
     app = request_id.RequestId(app)
     app = http_proxy_to_wsgi.HTTPProxyToWSGI(app, conf)
     return app

@@ -13,13 +13,27 @@ def fault(status: int, message: str) -> dict[str, object]:
             'faultstring': message, 'debuginfo': None}
 
 
+def fault_body(document: dict[str, object]) -> bytes:
+    """The error body carrying the fault ``document``."""
+    return json.dumps({'error_message': json.dumps(document)}).encode()
+
+
 def error_body(status: int, message: str) -> bytes:
-    return json.dumps(
-        {'error_message': json.dumps(fault(status, message))}).encode()
+    return fault_body(fault(status, message))
 
 
-def http_error(status: int, message: str) -> webob.exc.HTTPException:
+def http_error(status: int, message: str,
+               headers: dict[str, str] | None = None
+               ) -> webob.exc.HTTPException:
     """A response exception carrying the JSON error body."""
     return webob.exc.status_map[status](
         body=error_body(status, message), content_type='application/json',
-        charset='UTF-8')
+        charset='UTF-8', headers=headers)
+
+
+def unexpected(request_id: str) -> str:
+    """The message of a 500 that is a bug or an outage: the details are
+    in the log, under the request id, and never in the response (they may
+    hold SQL, hosts or addresses)."""
+    return (f'An unexpected error occurred (request {request_id}); see '
+            'the cyborg-api log.')

@@ -20,7 +20,9 @@ VERSIONS = (
 MIN_VERSION = VERSIONS[0]
 MAX_VERSION = VERSIONS[-1]
 
-_VERSION_RE = re.compile(r'^(\d+)\.(\d+)$')
+# ASCII digits only (\d also takes other scripts' digits), nine at most:
+# no longer number is a version, and int() of thousands of digits is slow.
+_VERSION_RE = re.compile(r'([0-9]{1,9})\.([0-9]{1,9})')
 
 
 def as_string(version: tuple[int, int]) -> str:
@@ -63,7 +65,7 @@ def parse_header(value: str | None) -> APIVersion:
         return APIVersion(*MIN_VERSION)
     if wanted.lower() == 'latest':
         return APIVersion(*MAX_VERSION)
-    match = _VERSION_RE.match(wanted)
+    match = _VERSION_RE.fullmatch(wanted)
     if not match:
         raise InvalidVersion(
             f'Invalid value for {HEADER} header: {value!r}. Use '

@@ -73,6 +73,62 @@ api_opts = [
         min=1,
         help='The most items one page of a list returns (microversion 2.4 '
              'and later); a larger "limit" is reduced to this.'),
+    cfg.IntOpt(
+        'max_accelerators_per_group',
+        default=32,
+        min=1,
+        max=2147483647,
+        help='The most accelerators one request group of a device profile '
+             'may ask for: the sum of its resources:<CLASS> counts, except '
+             'the amounts that are no accelerators (VGPU_DISPLAY_HEAD, '
+             'NET_BW_EGR_KILOBIT_PER_SEC, NET_BW_IGR_KILOBIT_PER_SEC, '
+             'MEM_ENCRYPTION_CONTEXT). One group is served by one resource '
+             'provider, one device: 32 covers the virtual functions or '
+             'vGPUs an instance takes from one card.'),
+    cfg.IntOpt(
+        'max_accelerators_per_profile',
+        default=64,
+        min=1,
+        max=2147483647,
+        help='The most accelerators one device profile may ask for, '
+             'summed over its groups: every accelerator is one accelerator '
+             'request that each instance using the profile creates, stores '
+             'and binds. 64 covers 8 GPUs per host and a few dozen virtual '
+             'functions. Device profiles are refused above it, and so are '
+             'accelerator requests from profiles created before it was '
+             'lowered: set it on the conductors too, which create them.'),
+    cfg.IntOpt(
+        'max_groups_per_profile',
+        default=16,
+        min=1,
+        help='The most request groups one device profile may have. Each '
+             'group becomes a request group in the instance\'s placement '
+             'query, whose cost grows quickly with the number of groups.'),
+    cfg.IntOpt(
+        'client_socket_timeout',
+        default=30,
+        min=1,
+        help='Seconds cyborg-api keeps a connection on which nothing '
+             'arrives: one whose request headers or body stopped coming, '
+             'or an idle keep-alive connection between requests. A request '
+             'being served is never cut. A client that keeps sending, '
+             'however slowly, is not cut either: in production put a '
+             'reverse proxy with request timeouts in front of the API (see '
+             'the install guide), and keep this above the proxy\'s '
+             'keep-alive timeout towards the API. Only when cyborg-api '
+             'serves HTTP itself; under uwsgi see its socket-timeout.'),
+    cfg.IntOpt(
+        'connection_limit',
+        default=100,
+        min=1,
+        help='Connections each cyborg-api process keeps open at once; '
+             'further clients wait in the listening socket\'s queue until '
+             'one closes. Connections that send nothing are closed after '
+             'client_socket_timeout. Each connection takes one to three '
+             'file descriptors (large bodies are buffered in temporary '
+             'files): keep this well below the open files limit of the '
+             'service (ulimit -n). Only when cyborg-api serves HTTP '
+             'itself.'),
 ]
 
 

@@ -133,7 +133,8 @@ def conf(tmp_path_factory) -> Iterator[cfg.ConfigOpts]:
 def migrated_engine(url: str) -> Iterator[sa.engine.Engine]:
     """Migrate the database at ``url`` to head and wire it in."""
     migration.upgrade('head', url=url)
-    engine = engines.create_engine(url, sqlite_fk=True)
+    engine = engines.create_engine(db_api.connection_url(url),
+                                   sqlite_fk=True)
     undo = db_api.patch_engine(engine)
     try:
         yield engine

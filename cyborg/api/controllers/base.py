@@ -1,6 +1,8 @@
 """What every resource controller shares: body type, checks, pagination."""
 import datetime
+import re
 import urllib.parse
+import uuid as uuid_lib
 from typing import Any
 
 import pecan
@@ -9,10 +11,12 @@ from oslo_utils import uuidutils
 from wsme import types as wtypes
 
 from cyborg import context as cyborg_context
+from cyborg.api import schemas
 from cyborg.api.controllers import link
 from cyborg.common import exception
 from cyborg.common import policy
 from cyborg.conf import CONF
+from cyborg.db.api import query
 
 # The first microversion with 400s where 2.0-2.3 answered 500, and with
 # limit/marker pagination.
@@ -23,7 +27,12 @@ OPERATOR_VERSION = (2, 5)
 
 
 class JsonType(wtypes.UserType):
-    """A request body passed through as parsed JSON, validated by hand."""
+    """A request body passed through as parsed JSON, validated by hand.
+
+    WSME's parse of it is the only one a request gets, once
+    ``middleware.json_only`` has refused what no handler should see (not
+    JSON, nested too deep, lone surrogates, NUL).
+    """
 
     basetype = wtypes.text
     name = 'json'
@@ -78,29 +87,81 @@ def require_version(major: int, minor: int, feature: str) -> None:
                    f'{major}.{minor}".')
 
 
-def check_uuid(value: Any, what: str) -> str:
+def canonical_uuid(value: Any) -> str | None:
+    """``value`` as a uuid in the one form stored and shown (lower case,
+    with dashes), from any form oslo accepts ("{...}", "urn:uuid:...",
+    upper case, without dashes); None if it is no uuid."""
     if not isinstance(value, str) or not uuidutils.is_uuid_like(value):
+        return None
+    return str(uuid_lib.UUID(value))
+
+
+def check_uuid(value: Any, what: str) -> str:
+    """The canonical form of a uuid sent in a body or query; Invalid if
+    it is none."""
+    canonical = canonical_uuid(value)
+    if canonical is None:
         raise exception.Invalid(reason=f'{what} must be a UUID, not '
-                                       f'{value!r}.')
-    return value
+                                       f'{schemas.shown(value)}.')
+    return canonical
 
 
-def int_param(value: str | None, name: str) -> int | None:
-    """A decimal integer query parameter, or None when absent."""
+def path_uuid(value: str, resource: str) -> str:
+    """The canonical form of a uuid in a path; ResourceNotFound (404)
+    when it is none, as for a uuid nothing has."""
+    canonical = canonical_uuid(value)
+    if canonical is None:
+        raise exception.ResourceNotFound(resource=resource, id=value)
+    return canonical
+
+
+# Decimal in ASCII digits: int() also takes "٣", " 3", "+3" and "3_000".
+_DECIMAL = re.compile(r'-?[0-9]+')
+# More digits than any column's range has: such a number is not parsed
+# (int() refuses more than 4300 digits) but known to be out of range.
+_DIGITS_MAX = 40
+
+
+def _integer(value: str, name: str) -> int:
+    if not _DECIMAL.fullmatch(value):
+        raise exception.Invalid(
+            reason=f'{name} must be an integer in ASCII digits, not '
+                   f'{schemas.shown(value)}.')
+    if len(value.lstrip('-')) > _DIGITS_MAX:
+        return (-1 if value.startswith('-') else 1) * 10 ** _DIGITS_MAX
+    return int(value)
+
+
+def id_param(value: str | None, name: str, column: Any) -> int | None:
+    """A query parameter naming a row by the integer ``column`` (an id
+    or a reference to one), or None when absent; Invalid outside the
+    range the column holds, from 1."""
     if value is None:
         return None
-    try:
-        return int(value)
-    except ValueError:
+    number = _integer(value, name)
+    top = query.integer_range(column)[1]
+    if not 1 <= number <= top:
         raise exception.Invalid(
-            reason=f'{name} must be an integer, not {value!r}.') from None
+            reason=f'{name} must be an integer from 1 to {top}, not '
+                   f'{schemas.shown(value)}.')
+    return number
 
 
-def split_list(value: str | None) -> list[str]:
-    """``a,b`` (or ``a%2Cb``, already decoded by the framework) → list."""
+# Items one comma-separated query parameter may name.
+LIST_MAX = 1000
+
+
+def split_list(value: str | None, name: str = 'the list') -> list[str]:
+    """``a,b`` (or ``a%2Cb``, already decoded by the framework) → list;
+    Invalid beyond LIST_MAX items."""
     if value is None:
         return []
-    return [item.strip() for item in value.split(',') if item.strip()]
+    items = [item.strip() for item in value.split(',') if item.strip()]
+    if len(items) > LIST_MAX:
+        raise exception.Invalid(
+            reason=f'{name} names {len(items)} items; at most {LIST_MAX} '
+                   'per request.')
+    return items
 
 
 def timestamp(value: datetime.datetime | str | None) -> str | None:
@@ -116,30 +177,27 @@ def timestamp(value: datetime.datetime | str | None) -> str | None:
 class Page:
     """``limit`` and ``marker`` of a list request (microversion 2.4+).
 
-    ``marker`` is the ``key`` of the last item seen: its uuid, or its
-    integer id for items without a uuid.
+    ``marker`` is the uuid of the last item seen or, for items without a
+    uuid, its integer id in ``id_column``.
     """
 
     def __init__(self, limit: str | None, marker: str | None,
-                 key: str = 'uuid') -> None:
-        self.key = key
+                 id_column: Any = None) -> None:
+        self.key = 'uuid' if id_column is None else 'id'
         self.limit: int | None = None
         self.marker: str | int | None = None
         if limit is None and marker is None:
             return
         require_version(*STRICT_VERSION, feature='Pagination (limit, marker)')
         if limit is not None:
-            try:
-                self.limit = int(limit)
-            except ValueError:
-                self.limit = -1
+            self.limit = _integer(limit, 'limit')
             if self.limit < 1:
                 raise exception.Invalid(
                     reason=f'limit must be a positive integer, not '
-                           f'{limit!r}.')
+                           f'{schemas.shown(limit)}.')
             self.limit = min(self.limit, CONF.api.max_limit)
-        if marker is not None and key == 'id':
-            self.marker = int_param(marker, 'marker')
+        if marker is not None and id_column is not None:
+            self.marker = id_param(marker, 'marker', id_column)
         elif marker is not None:
             self.marker = check_uuid(marker, 'marker')
 
@@ -164,9 +222,9 @@ class Page:
                    has_more: bool) -> str | None:
         if not has_more or not items:
             return None
-        query = {k: v for k, v in pecan.request.GET.items()
-                 if k not in ('limit', 'marker')}
-        query['limit'] = str(self.size)
-        query['marker'] = str(items[-1][self.key])
+        params = {k: v for k, v in pecan.request.GET.items()
+                  if k not in ('limit', 'marker')}
+        params['limit'] = str(self.size)
+        params['marker'] = str(items[-1][self.key])
         return (link.make_link('next', 'v2', collection)['href'] + '?'
-                + urllib.parse.urlencode(query))
+                + urllib.parse.urlencode(params))

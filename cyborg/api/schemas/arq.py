@@ -1,16 +1,17 @@
 """Validation of accelerator-request bodies: create and the bind PATCH."""
 from typing import Any
 
-from oslo_utils import uuidutils
-
 from cyborg.api import schemas
 from cyborg.api.controllers import base
 from cyborg.common import exception
+from cyborg.db.api import arqs
+
+ARQ = arqs.ARQ
 
 CREATE_SCHEMA: dict[str, Any] = {
     'type': 'object',
     'properties': {
-        'device_profile_name': {'type': 'string', 'maxLength': 255},
+        'device_profile_name': schemas.column(ARQ.device_profile_name),
         # python-cyborgclient sends these two, always null.
         'device_profile_group_id': {'type': ['integer', 'null']},
         'image_uuid': {'type': ['string', 'null']},
@@ -21,16 +22,24 @@ CREATE_SCHEMA: dict[str, Any] = {
 PATCH_PATHS = ('/hostname', '/device_rp_uuid', '/instance_uuid',
                '/project_id')
 BIND_FIELDS = ('hostname', 'device_rp_uuid', 'instance_uuid')
+UUID_FIELDS = ('device_rp_uuid', 'instance_uuid')
+# What each value of a bind must fit in.
+TEXT_FIELDS = {'hostname': ARQ.hostname, 'project_id': ARQ.project_id}
 
 OPS_SCHEMA: dict[str, Any] = {
     'type': 'array',
     'minItems': 1,
+    'maxItems': len(PATCH_PATHS),
     'items': {
         'type': 'object',
         'properties': {
             'op': {'enum': ['add', 'remove']},
             'path': {'enum': list(PATCH_PATHS)},
-            'value': {'type': ['string', 'null'], 'maxLength': 255},
+            # As long as the longest column; each value is checked against
+            # its own once it is known whose it is.
+            'value': {'type': ['string', 'null'], 'maxLength': max(
+                schemas.column(c)['maxLength']
+                for c in TEXT_FIELDS.values())},
         },
         'required': ['op', 'path'],
         'additionalProperties': False,
@@ -68,11 +77,12 @@ def _bind_values(uuid: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
             reason=f'{uuid}: fields absent in patch: {", ".join(absent)}. '
                    'A bind adds /hostname, /device_rp_uuid and '
                    '/instance_uuid together.')
-    for field in ('device_rp_uuid', 'instance_uuid'):
-        if not uuidutils.is_uuid_like(values[field]):
-            raise exception.Invalid(
-                reason=f'{uuid}: {field} must be a UUID, not '
-                       f'{values[field]!r}.')
+    for field in UUID_FIELDS:
+        values[field] = base.check_uuid(values[field], f'{uuid}: {field}')
+    for field, column in TEXT_FIELDS.items():
+        if field in values:
+            schemas.validate(schemas.column(column), values[field],
+                             f'{uuid}: /{field}')
     return values
 
 
@@ -87,16 +97,27 @@ def validate_patch(body: Any, path_uuid: str | None
             reason='The body must map accelerator request uuids to JSON '
                    'patches, e.g. {"<uuid>": [{"op": "add", "path": '
                    '"/hostname", "value": "node1"}, ...]}.')
-    if path_uuid is not None and set(body) != {path_uuid}:
+    if len(body) > base.LIST_MAX:
+        raise exception.Invalid(
+            reason=f'The body names {len(body)} accelerator requests; at '
+                   f'most {base.LIST_MAX} per request.')
+    if path_uuid is not None and (
+            len(body) != 1
+            or base.canonical_uuid(next(iter(body)))
+            != (base.canonical_uuid(path_uuid) or path_uuid)):
         raise exception.Invalid(
             reason=f'PATCH /accelerator_requests/{path_uuid} takes a body '
                    f'about {path_uuid} only.')
     binds: dict[str, dict[str, Any]] = {}
     unbinds: list[str] = []
-    for uuid, ops in body.items():
-        if not uuidutils.is_uuid_like(uuid):
+    for key, ops in body.items():
+        uuid = base.canonical_uuid(key)
+        if uuid is None:
             raise exception.Invalid(
-                reason=f'{uuid!r} is not an accelerator request uuid.')
+                reason=f'{schemas.shown(key)} is not an accelerator request '
+                       'uuid.')
+        if uuid in binds or uuid in unbinds:
+            raise exception.Invalid(reason=f'{uuid} appears twice.')
         schemas.validate(OPS_SCHEMA, ops, f'Patch of {uuid}')
         kinds = {op['op'] for op in ops}
         if len(kinds) != 1:

@@ -1,37 +1,82 @@
 """Validation of device-profile bodies and request groups."""
+import json
 import re
 from typing import Any
-
-from oslo_utils import uuidutils
 
 from cyborg.api import schemas
 from cyborg.api.controllers import base
 from cyborg.common import exception
+from cyborg.conf import CONF
+from cyborg.db.api import device_profiles
+from cyborg.db.api import query
 
-NAME_RE = re.compile(r'^[a-zA-Z0-9_-]+$')
-NAME_MAX = 255
+DP = device_profiles.DP
+
+# Every pattern here is matched with fullmatch: "$" would also match
+# before a trailing newline.
+NAME_RE = re.compile(r'[a-zA-Z0-9_-]+')
+NAME_MAX = query.max_chars(DP.name)
+DESCRIPTION_MAX = 4096
 # Placement's standard resource classes that make sense for a device.
 STANDARD_RESOURCE_CLASSES = frozenset([
-    'FPGA', 'PGPU', 'VGPU', 'VGPU_DISPLAY_HEAD', 'PCI_DEVICE',
-    'SRIOV_NET_VF', 'NET_BW_EGR_KILOBIT_PER_SEC',
-    'NET_BW_IGR_KILOBIT_PER_SEC', 'MEM_ENCRYPTION_CONTEXT'])
-CUSTOM_RE = re.compile(r'^CUSTOM_[A-Z0-9_]+$')
-TRAIT_RE = re.compile(r'^[A-Z][A-Z0-9_]*$')
-ACCEL_RE = re.compile(r'^accel:[A-Za-z0-9_.:-]+$')
+    'FPGA', 'PGPU', 'VGPU', 'PCI_DEVICE', 'SRIOV_NET_VF',
+    *device_profiles.AMOUNT_CLASSES])
+CUSTOM_RE = re.compile(r'CUSTOM_[A-Z0-9_]+')
+TRAIT_RE = re.compile(r'[A-Z][A-Z0-9_]*')
+ACCEL_RE = re.compile(r'[A-Za-z0-9_.:-]+')
+# The longest resource class or trait name placement takes; accel: names
+# and values name image properties, which Glance bounds alike.
+KEY_NAME_MAX = 255
+ACCEL_VALUE_MAX = 255
+# Keys of one group: its resources, traits and accel: settings.
+GROUP_KEYS_MAX = 64
+# The largest amount placement takes (the maximum integer of its schemas).
+AMOUNT_MAX = 2147483647
 
 PROFILE_SCHEMA: dict[str, Any] = {
     'type': 'object',
     'properties': {
         'name': {'type': 'string'},
         'uuid': {'type': 'string'},
-        'description': {'type': ['string', 'null'], 'maxLength': 4096},
+        'description': schemas.column(DP.description, null=True,
+                                      maxLength=DESCRIPTION_MAX),
         'groups': {'type': 'array',
                    'items': {'type': 'object',
+                             'maxProperties': GROUP_KEYS_MAX,
                              'additionalProperties': {
                                  'type': ['string', 'integer']}}},
     },
     'additionalProperties': False,
 }
+
+
+def _count(value: str | int) -> int | None:
+    """A resource count: a JSON integer, or ASCII digits in a string
+    (surrounding blanks ignored); None for anything else. Beyond
+    AMOUNT_MAX it is AMOUNT_MAX + 1, whatever the number of digits."""
+    if isinstance(value, int):
+        return value
+    text = value.strip()
+    if not re.fullmatch(r'[0-9]+', text):
+        return None
+    if len(text.lstrip('0')) > len(str(AMOUNT_MAX)):
+        return AMOUNT_MAX + 1
+    return int(text)
+
+
+def _resource(where: str, name: str, raw_value: str | int) -> str:
+    if not (name in STANDARD_RESOURCE_CLASSES or CUSTOM_RE.fullmatch(name)):
+        raise exception.Invalid(
+            reason=f'{where}: unknown resource class {schemas.shown(name)}; '
+                   'use a standard class such as FPGA, PGPU or VGPU, or '
+                   'CUSTOM_<NAME> in upper case.')
+    count = _count(raw_value)
+    if count is None or not 1 <= count <= AMOUNT_MAX:
+        raise exception.Invalid(
+            reason=f'{where}: resources:{name} must be a positive integer '
+                   f'of at most {AMOUNT_MAX} (a JSON integer or ASCII '
+                   f'digits), not {schemas.shown(raw_value)}.')
+    return str(count)
 
 
 def _group(index: int, group: dict[str, Any]) -> dict[str, str]:
@@ -41,35 +86,39 @@ def _group(index: int, group: dict[str, Any]) -> dict[str, str]:
     for raw_key, raw_value in group.items():
         prefix, sep, name = raw_key.partition(':')
         prefix, name = prefix.strip(), name.strip()
-        value = str(raw_value).strip()
+        if len(name) > KEY_NAME_MAX:
+            raise exception.Invalid(
+                reason=f'{where}: {schemas.shown(raw_key)}: the name after '
+                       f'"{prefix}:" has at most {KEY_NAME_MAX} '
+                       'characters.')
         if prefix == 'resources' and sep:
-            if not (name in STANDARD_RESOURCE_CLASSES
-                    or CUSTOM_RE.match(name)):
-                raise exception.Invalid(
-                    reason=f'{where}: unknown resource class {name!r}; use '
-                           'a standard class such as FPGA, PGPU or VGPU, or '
-                           'CUSTOM_<NAME> in upper case.')
-            if not value.isdigit() or int(value) < 1:
-                raise exception.Invalid(
-                    reason=f'{where}: resources:{name} must be a positive '
-                           f'integer, not {raw_value!r}.')
-            key, value = f'resources:{name}', str(int(value))
+            key, value = f'resources:{name}', _resource(where, name,
+                                                         raw_value)
         elif prefix == 'trait' and sep:
-            if not TRAIT_RE.match(name) or len(name) > 255:
+            if not TRAIT_RE.fullmatch(name):
                 raise exception.Invalid(
-                    reason=f'{where}: {name!r} is not a trait name (upper '
-                           'case letters, digits and underscores).')
+                    reason=f'{where}: {schemas.shown(name)} is not a trait '
+                           'name (upper case letters, digits and '
+                           'underscores).')
+            key, value = f'trait:{name}', str(raw_value).strip()
             if value not in ('required', 'forbidden'):
                 raise exception.Invalid(
                     reason=f'{where}: trait:{name} must be "required" or '
-                           f'"forbidden", not {raw_value!r}.')
-            key = f'trait:{name}'
-        elif prefix == 'accel' and sep and ACCEL_RE.match(f'accel:{name}'):
-            key = f'accel:{name}'
+                           f'"forbidden", not {schemas.shown(raw_value)}.')
+        elif prefix == 'accel' and sep and ACCEL_RE.fullmatch(name):
+            key, value = f'accel:{name}', str(raw_value).strip()
+            if len(value) > ACCEL_VALUE_MAX:
+                raise exception.Invalid(
+                    reason=f'{where}: {key} has at most {ACCEL_VALUE_MAX} '
+                           'characters.')
+            if key == 'accel:bitstream_id':
+                # A Glance image; deployables keep it in a uuid column.
+                value = base.check_uuid(value, f'{where}: {key}')
         else:
             raise exception.Invalid(
-                reason=f'{where}: unknown key {raw_key!r}; keys are '
-                       'resources:<CLASS>, trait:<TRAIT> or accel:<name>.')
+                reason=f'{where}: unknown key {schemas.shown(raw_key)}; '
+                       'keys are resources:<CLASS>, trait:<TRAIT> or '
+                       'accel:<name>.')
         if key in result:
             raise exception.Invalid(reason=f'{where}: {key} appears twice.')
         result[key] = value
@@ -81,6 +130,26 @@ def _group(index: int, group: dict[str, Any]) -> dict[str, str]:
         raise exception.Invalid(
             reason=f'{where}: accel:bitstream_id and accel:function_id '
                    'exclude each other.')
+    return result
+
+
+def _groups(groups: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The normalised groups, within every limit, or Invalid."""
+    most = CONF.api.max_groups_per_profile
+    if len(groups) > most:
+        raise exception.Invalid(
+            reason=f'A device profile has at most {most} groups ([api] '
+                   f'max_groups_per_profile), not {len(groups)}.')
+    result = [_group(i, g) for i, g in enumerate(groups)]
+    problem = device_profiles.too_many_accelerators(result)
+    if problem:
+        raise exception.Invalid(reason=f'Device profile: {problem}')
+    # As the groups column stores them: JSON in ASCII, one byte a character.
+    size, room = len(json.dumps(result)), query.max_bytes(DP.groups)
+    if size > room:
+        raise exception.Invalid(
+            reason=f'The groups take {size} bytes as JSON; a device profile '
+                   f'holds at most {room}.')
     return result
 
 
@@ -106,18 +175,17 @@ def validate_create(body: Any) -> dict[str, Any]:
     if len(name) > NAME_MAX:
         raise base.legacy_error(
             f'A device profile name has at most {NAME_MAX} characters.')
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         raise exception.Invalid(
-            reason=f'Device profile name {name!r} may only contain letters, '
-                   'digits, "-" and "_".')
-    if profile.get('uuid') is not None and not uuidutils.is_uuid_like(
-            profile['uuid']):
-        raise exception.Invalid(
-            reason=f'uuid must be a UUID, not {profile["uuid"]!r}.')
+            reason=f'Device profile name {schemas.shown(name)} may only '
+                   'contain letters, digits, "-" and "_".')
+    uuid = profile.get('uuid')
+    if uuid is not None:
+        uuid = base.check_uuid(uuid, 'uuid')
     groups = profile.get('groups')
     if not groups or not all(groups):
         raise base.legacy_error(
             'A device profile needs a non-empty list of non-empty groups.')
-    return {'name': name, 'uuid': profile.get('uuid'),
+    return {'name': name, 'uuid': uuid,
             'description': profile.get('description'),
-            'groups': [_group(i, g) for i, g in enumerate(groups)]}
+            'groups': _groups(groups)}

@@ -8,12 +8,49 @@ from oslo_db import exception as db_exc
 
 from cyborg import context as cyborg_context
 from cyborg.common import exception
+from cyborg.conf import CONF
 from cyborg.db import models
 from cyborg.db.api import query
 from cyborg.db.api import reader
 from cyborg.db.api import writer
 
 DP = models.DeviceProfile
+
+# Standard resource classes whose amount counts no accelerator: a group
+# asks for them along with a device (its display heads, its bandwidth),
+# and no accelerator request is made for them.
+AMOUNT_CLASSES = frozenset([
+    'VGPU_DISPLAY_HEAD', 'NET_BW_EGR_KILOBIT_PER_SEC',
+    'NET_BW_IGR_KILOBIT_PER_SEC', 'MEM_ENCRYPTION_CONTEXT'])
+RESOURCES = 'resources:'
+
+
+def accelerator_count(group: dict[str, str]) -> int:
+    """How many accelerators, so accelerator requests, a request group
+    asks for: the sum of its resources that are not amounts."""
+    return sum(int(value) for key, value in group.items()
+               if key.startswith(RESOURCES)
+               and key[len(RESOURCES):] not in AMOUNT_CLASSES)
+
+
+def too_many_accelerators(groups: list[dict[str, str]]) -> str | None:
+    """What is wrong when a group asks for more accelerators than [api]
+    max_accelerators_per_group, or all of them for more than
+    max_accelerators_per_profile (each accelerator is a request that every
+    instance of the profile creates); None when nothing is."""
+    per_group = CONF.api.max_accelerators_per_group
+    counts = [accelerator_count(group) for group in groups]
+    for index, count in enumerate(counts):
+        if count > per_group:
+            return (f'groups/{index} asks for {count} accelerators; a '
+                    f'group asks for at most {per_group} ([api] '
+                    'max_accelerators_per_group).')
+    per_profile = CONF.api.max_accelerators_per_profile
+    if sum(counts) > per_profile:
+        return (f'the groups ask for {sum(counts)} accelerators; a device '
+                f'profile asks for at most {per_profile} ([api] '
+                'max_accelerators_per_profile).')
+    return None
 
 
 def to_dict(row: Any) -> dict[str, Any]:

@@ -1,9 +1,39 @@
-"""Query helpers shared by the read modules: pagination by marker."""
+"""Query helpers shared by the read modules: pagination by marker, and
+what a column can hold."""
 from typing import Any
 
 import sqlalchemy as sa
 
 from cyborg.common import exception
+
+# What a TEXT column holds on MariaDB, in bytes of UTF-8 (PostgreSQL's and
+# SQLite's hold more): the bound of every Text column on all three.
+TEXT_BYTES = 65535
+
+# The range of each integer type on MariaDB and PostgreSQL (SQLite's
+# INTEGER holds 64 bits whatever the type); BigInteger and SmallInteger
+# are subclasses of Integer, so they are looked for first.
+_INTEGER_BITS = ((sa.BigInteger, 64), (sa.SmallInteger, 16),
+                 (sa.Integer, 32))
+
+
+def max_chars(column: Any) -> int | None:
+    """How many characters a String(n) column holds; None for Text."""
+    length = column.type.length
+    return None if isinstance(column.type, sa.Text) else length
+
+
+def max_bytes(column: Any) -> int | None:
+    """How many bytes of UTF-8 a Text column holds; None for String(n)."""
+    return TEXT_BYTES if isinstance(column.type, sa.Text) else None
+
+
+def integer_range(column: Any) -> tuple[int, int]:
+    """The smallest and largest value an integer column holds."""
+    for type_, bits in _INTEGER_BITS:
+        if isinstance(column.type, type_):
+            return -2 ** (bits - 1), 2 ** (bits - 1) - 1
+    raise TypeError(f'{column} is not an integer column')
 
 
 def paginate(session: sa.orm.Session, query: sa.Select, model: Any,

@@ -2,43 +2,15 @@
 from typing import Any
 
 import pecan
-from oslo_utils import uuidutils
 from pecan import rest
 from wsme import types as wtypes
 
-from cyborg.api import schemas
 from cyborg.api.controllers import base
 from cyborg.api.controllers import link
 from cyborg.api.expose import expose
+from cyborg.api.schemas import deployable as schema
 from cyborg.common import exception
 from cyborg.db.api import deployables
-
-# [{"path": "/program", "op": "replace", "value": [{"image_uuid": u}]}]
-PROGRAM_SCHEMA: dict[str, Any] = {
-    'type': 'array',
-    'minItems': 1,
-    'maxItems': 1,
-    'items': {
-        'type': 'object',
-        'properties': {
-            'path': {'const': '/program'},
-            'op': {'const': 'replace'},
-            'value': {
-                'type': 'array',
-                'minItems': 1,
-                'maxItems': 1,
-                'items': {
-                    'type': 'object',
-                    'properties': {'image_uuid': {'type': 'string'}},
-                    'required': ['image_uuid'],
-                    'additionalProperties': False,
-                },
-            },
-        },
-        'required': ['path', 'op', 'value'],
-        'additionalProperties': False,
-    },
-}
 
 
 class Deployable(wtypes.Base):
@@ -81,16 +53,6 @@ class DeployableCollection(wtypes.Base):
     next = wtypes.text
 
 
-def _not_found(uuid: str) -> exception.CyborgException:
-    return exception.ResourceNotFound(resource='Deployable', id=uuid)
-
-
-def _validate_program(body: Any) -> str:
-    """The image uuid of a program PATCH body."""
-    schemas.validate(PROGRAM_SCHEMA, body, 'Program request')
-    return base.check_uuid(body[0]['value'][0]['image_uuid'], 'image_uuid')
-
-
 class DeployablesController(rest.RestController):
 
     @expose(DeployableCollection, wtypes.text, wtypes.text, wtypes.text,
@@ -101,17 +63,18 @@ class DeployablesController(rest.RestController):
         ctx = base.authorize('cyborg:deployable:get_all')
         page = base.Page(limit, marker)
         found, more = deployables.get_all(
-            ctx, name=name, device_id=base.int_param(device_id, 'device_id'),
-            rp_uuid=rp_uuid, size=page.size, marker=page.marker)
+            ctx, name=name, rp_uuid=rp_uuid,
+            device_id=base.id_param(device_id, 'device_id',
+                                    deployables.Deployable.device_id),
+            size=page.size, marker=page.marker)
         return page.collection(DeployableCollection, 'deployables',
                                Deployable, 'deployables', found, more)
 
     @expose(Deployable, wtypes.text)
     def get_one(self, uuid: str) -> Deployable:
         ctx = base.authorize('cyborg:deployable:get_one')
-        if not uuidutils.is_uuid_like(uuid):
-            raise _not_found(uuid)
-        return Deployable.from_dict(deployables.get(ctx, uuid))
+        return Deployable.from_dict(
+            deployables.get(ctx, base.path_uuid(uuid, 'Deployable')))
 
     @expose(Deployable, wtypes.text, wtypes.text, wtypes.text,
             body=base.jsontype)
@@ -123,13 +86,14 @@ class DeployablesController(rest.RestController):
         uuid twice; that path is accepted too.
         """
         ctx = base.authorize('cyborg:deployable:program')
-        if action != 'program' or again not in (None, uuid):
+        if action != 'program' or (
+                again is not None
+                and base.canonical_uuid(again) != base.canonical_uuid(uuid)):
             raise exception.NotFound(
                 'The only PATCH of a deployable is '
                 'PATCH /deployables/{uuid}/program.')
-        if not uuidutils.is_uuid_like(uuid):
-            raise _not_found(uuid)
-        image_uuid = _validate_program(body)
+        uuid = base.path_uuid(uuid, 'Deployable')
+        image_uuid = schema.validate_program(body)
         deployables.get(ctx, uuid)
         pecan.request.conductor_api.deployable_program(ctx, uuid,
                                                        image_uuid)

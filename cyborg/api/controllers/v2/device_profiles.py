@@ -3,7 +3,6 @@ from http import HTTPStatus
 from typing import Any
 
 import pecan
-from oslo_utils import uuidutils
 from pecan import rest
 from wsme import types as wtypes
 
@@ -71,7 +70,7 @@ class DeviceProfilesController(rest.RestController):
                 marker: str | None = None) -> DeviceProfileCollection:
         ctx = base.authorize('cyborg:device_profile:get_all')
         page = base.Page(limit, marker)
-        names = base.split_list(name) if name is not None else None
+        names = base.split_list(name, 'name') if name is not None else None
         if name is not None and not names:
             return DeviceProfileCollection(device_profiles=[])
         found, more = device_profiles.get_all(ctx, names, page.size,
@@ -82,8 +81,9 @@ class DeviceProfilesController(rest.RestController):
     @expose(DeviceProfileEnvelope, wtypes.text)
     def get_one(self, uuid_or_name: str) -> DeviceProfileEnvelope:
         ctx = base.authorize('cyborg:device_profile:get_one')
-        if uuidutils.is_uuid_like(uuid_or_name):
-            found = device_profiles.get(ctx, uuid=uuid_or_name)
+        uuid = base.canonical_uuid(uuid_or_name)
+        if uuid is not None:
+            found = device_profiles.get(ctx, uuid=uuid)
         else:
             base.require_version(2, 2, 'Showing a device profile by name')
             found = device_profiles.get(ctx, name=uuid_or_name)
@@ -95,7 +95,7 @@ class DeviceProfilesController(rest.RestController):
     def delete(self, uuid_or_name: str | None = None,
                value: str | None = None) -> None:
         ctx = base.authorize('cyborg:device_profile:delete')
-        items = base.split_list(value) if value is not None else []
+        items = base.split_list(value, 'value') if value is not None else []
         if uuid_or_name is not None:
             items.append(uuid_or_name)
         if not items:
@@ -103,6 +103,7 @@ class DeviceProfilesController(rest.RestController):
                 reason='Name the device profiles to delete: '
                        'DELETE /device_profiles/{uuid or name} or '
                        'DELETE /device_profiles?value=name1,name2.')
-        uuids = [i for i in items if uuidutils.is_uuid_like(i)]
-        names = [i for i in items if not uuidutils.is_uuid_like(i)]
+        canonical = [(item, base.canonical_uuid(item)) for item in items]
+        uuids = [uuid for _, uuid in canonical if uuid is not None]
+        names = [item for item, uuid in canonical if uuid is None]
         pecan.request.conductor_api.device_profile_delete(ctx, uuids, names)

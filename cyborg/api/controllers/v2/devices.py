@@ -3,14 +3,12 @@ from http import HTTPStatus
 from typing import Any
 
 import pecan
-from oslo_utils import uuidutils
 from pecan import rest
 from wsme import types as wtypes
 
 from cyborg.api.controllers import base
 from cyborg.api.controllers import link
 from cyborg.api.expose import expose
-from cyborg.common import exception
 from cyborg.db.api import devices
 
 # Microversion that added ``status``.
@@ -55,13 +53,6 @@ class DeviceCollection(wtypes.Base):
     next = wtypes.text
 
 
-def _existing_uuid(uuid: str) -> str:
-    """``uuid`` if it can name a device; 404 otherwise (never a 500)."""
-    if not uuidutils.is_uuid_like(uuid):
-        raise exception.ResourceNotFound(resource='Device', id=uuid)
-    return uuid
-
-
 def _empty_200() -> None:
     """Answer 200 with an empty body, as clients of enable/disable expect.
 
@@ -92,19 +83,20 @@ class DevicesController(rest.RestController):
     @expose(Device, wtypes.text)
     def get_one(self, uuid: str) -> Device:
         ctx = base.authorize('cyborg:device:get_one')
-        return Device.from_dict(devices.get(ctx, _existing_uuid(uuid)))
+        return Device.from_dict(
+            devices.get(ctx, base.path_uuid(uuid, 'Device')))
 
     @expose(None, wtypes.text, status_code=HTTPStatus.OK)
     def disable(self, uuid: str) -> None:
         """Maintenance: the device's accelerators are not scheduled."""
         ctx = base.authorize('cyborg:device:disable')
         pecan.request.conductor_api.device_set_status(
-            ctx, _existing_uuid(uuid), 'maintaining')
+            ctx, base.path_uuid(uuid, 'Device'), 'maintaining')
         _empty_200()
 
     @expose(None, wtypes.text, status_code=HTTPStatus.OK)
     def enable(self, uuid: str) -> None:
         ctx = base.authorize('cyborg:device:enable')
         pecan.request.conductor_api.device_set_status(
-            ctx, _existing_uuid(uuid), 'enabled')
+            ctx, base.path_uuid(uuid, 'Device'), 'enabled')
         _empty_200()

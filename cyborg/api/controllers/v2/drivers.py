@@ -5,6 +5,7 @@ from typing import Any
 from pecan import rest
 from wsme import types as wtypes
 
+from cyborg.api import schemas
 from cyborg.api.controllers import base
 from cyborg.api.expose import expose
 from cyborg.common import exception
@@ -67,7 +68,8 @@ class DriversController(rest.RestController):
         if state is not None and state not in models.DRIVER_STATES:
             raise exception.Invalid(
                 reason=f'state must be one of '
-                       f'{", ".join(models.DRIVER_STATES)}, not {state!r}')
+                       f'{", ".join(models.DRIVER_STATES)}, not '
+                       f'{schemas.shown(state)}.')
         found = drivers.get_all(ctx, host=host, driver_name=driver_name,
                                 state=state,
                                 down_time=CONF.service_down_time)

@@ -7,6 +7,7 @@ from wsme import types as wtypes
 from cyborg.api.controllers import base
 from cyborg.api.expose import expose
 from cyborg.conf import CONF
+from cyborg.db import models
 from cyborg.db.api import services
 
 
@@ -47,7 +48,7 @@ class ServicesController(rest.RestController):
                 limit: str | None = None, marker: str | None = None
                 ) -> ServiceCollection:
         ctx = base.authorize('cyborg:service:get_all')
-        page = base.Page(limit, marker, key='id')
+        page = base.Page(limit, marker, id_column=models.Service.id)
         found, more = services.get_page(
             ctx, binary=binary, host=host, down_time=CONF.service_down_time,
             size=page.size, marker=page.marker)

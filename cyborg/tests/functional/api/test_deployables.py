@@ -278,7 +278,7 @@ def test_program_paths_and_unknown_deployables(api):
     api.app.patch_json('/v2/deployables/not-a-uuid/program', PROGRAM,
                        headers=ADMIN, status=404)
     api.app.patch_json(f'/v2/deployables/{uuid}', PROGRAM, headers=ADMIN,
-                       status=404)
+                       status=405)
     api.app.patch_json(f'/v2/deployables/{uuid}/other', PROGRAM,
                        headers=ADMIN, status=404)
     api.app.patch_json(f'/v2/deployables/{uuid}/program/{MISSING}', PROGRAM,
@@ -294,11 +294,13 @@ def test_program_paths_and_unknown_deployables(api):
     ('/v2/deployables?device_id=', 'device_id'),
     ('/v2/attributes?deployable_id=', 'deployable_id')])
 def test_integer_filters_on_every_database(api_all_dbs, path, name):
-    """Ids no row can have match nothing (no database error); a value
-    that is not a decimal integer is a 400 naming the parameter."""
+    """An id no row can have (outside 1 to the column's maximum) and a
+    value that is not a decimal integer are a 400 naming the parameter;
+    an id in range that nothing has matches nothing."""
     key = path.split('/')[2].split('?')[0]
-    for value in ('99999999999', '-1'):
-        assert api_all_dbs.app.get(path + value,
-                                   headers=ADMIN).json[key] == []
-    response = api_all_dbs.app.get(path + '0x10', headers=ADMIN, status=400)
-    assert name in _fault(response)
+    assert api_all_dbs.app.get(path + '2147483647',
+                               headers=ADMIN).json[key] == []
+    for value in ('99999999999', '-1', '0', '0x10'):
+        response = api_all_dbs.app.get(path + value, headers=ADMIN,
+                                       status=400)
+        assert name in _fault(response)

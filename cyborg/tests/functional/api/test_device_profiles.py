@@ -35,15 +35,16 @@ def test_create_returns_the_bare_profile(api):
 
 
 def test_groups_are_normalised_to_strings(api):
+    image = 'F0E3A7A4-1A3B-4C5D-8E9F-0A1B2C3D4E5F'
     dp = api.app.post_json(
         '/v2/device_profiles',
         [{'name': 'n', 'groups': [{' resources:FPGA ': 2,
                                    'trait: CUSTOM_X': 'forbidden',
-                                   'accel:bitstream_id': 'abc'}]}],
+                                   'accel:bitstream_id': image}]}],
         headers=ADMIN).json
     assert dp['groups'] == [{'resources:FPGA': '2',
                              'trait:CUSTOM_X': 'forbidden',
-                             'accel:bitstream_id': 'abc'}]
+                             'accel:bitstream_id': image.lower()}]
 
 
 def test_list_with_name_filter_and_envelopes(api):

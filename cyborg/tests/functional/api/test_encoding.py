@@ -1,4 +1,5 @@
-"""Requests whose path, query string or body is not UTF-8 text."""
+"""Requests whose path, query string or body is not UTF-8 text, or has
+what no column stores."""
 import json
 import urllib.parse
 
@@ -114,3 +115,33 @@ def test_chunked_body_that_is_not_utf8_is_400(api):
     response = api.app.do_request(chunked(big), status=413)
     assert 'too large' in _fault(response).lower()
     assert [p['name'] for p in _profiles(api)] == ['dp']
+
+
+@pytest.mark.parametrize('method, path', [
+    ('GET', '/v2/device_profiles/a%00b'),
+    ('DELETE', '/v2/device_profiles/a%00b'),
+    ('POST', '/v2/hosts/cmp%001/discover'),
+    ('GET', '/v2/accelerator_requests/%00'),
+])
+def test_nul_in_a_path_is_400(api_all_dbs, method, path):
+    response = api_all_dbs.app.request(path, method=method, headers=version(
+        '2.5'), expect_errors=True)
+    assert response.status_int == 400
+    assert 'request path has a NUL character (%00)' in _fault(response)
+
+
+@pytest.mark.parametrize('path', [
+    '/v2/device_profiles?name=a%00b', '/v2/accelerator_requests?instance=%00',
+    '/v2/devices?hostname=x%00', '/v2/attributes?key=%00',
+    '/v2/deployables?name=a&%00=1'])
+def test_nul_in_a_query_is_400(api_all_dbs, path):
+    response = api_all_dbs.app.get(path, headers=ADMIN, status=400)
+    assert 'query string has a NUL character (%00)' in _fault(response)
+
+
+@pytest.mark.parametrize('path', [
+    '/v2/device_profiles/%ED%A0%80', '/v2/device_profiles?name=%ED%A0%80',
+    '/v2/accelerator_requests?instance=a%ED%BF%BFb'])
+def test_percent_encoded_surrogates_are_400(api, path):
+    response = api.app.get(path, headers=version('2.2'), status=400)
+    assert 'not valid UTF-8' in _fault(response)

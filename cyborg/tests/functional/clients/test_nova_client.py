@@ -246,7 +246,8 @@ def test_groups_map_to_their_providers(live_api, start_nova, rp_uuid):
                            'trait:CUSTOM_FAKE_DEVICE': 'required'},
                           {'resources:CUSTOM_GPU': '1',
                            'trait:CUSTOM_X': 'forbidden',
-                           'accel:bitstream_id': 'abc'}])
+                           'accel:bitstream_id':
+                               'f0e3a7a4-1a3b-4c5d-8e9f-0a1b2c3d4e5f'}])
     groups = nova('get_device_profile_request_groups', 'multi')
     assert [(g['requester_id'], g['resources'], g['forbidden_traits'])
             for g in groups] == [
