@@ -2,59 +2,46 @@
 
 The description must be valid OpenAPI 3.1, name exactly the routes the
 controllers serve, and describe what the API answers: schemathesis sends
-generated requests to every operation and checks the status codes,
-headers and bodies against it.
+generated requests to every operation at 2.0 and 2.5 and checks the
+status codes, headers and bodies against it (fuzzing.py and contract.py,
+shared with tools/fuzz/run.py, which sends many more).
 """
 import inspect
-import pathlib
 import re
 from typing import Any
 
-import hypothesis
 import jsonschema
 import pytest
 import requests
 import schemathesis
-import yaml
-from hypothesis import strategies as st
 from pecan import rest
-from schemathesis.specs.openapi import checks as openapi_checks
 from schemathesis.specs.openapi.definitions import OPENAPI_31
 
+from cyborg.accelerator.drivers import fake
+from cyborg.agent import service as agent_service
 from cyborg.api.controllers import v2
+from cyborg.tests import utils
+from cyborg.tests.fakes import fixtures as test_fixtures
+from cyborg.tests.functional.api import contract
+from cyborg.tests.functional.api import fuzzing
 from cyborg.tests.functional.api.fixtures import ADMIN
 from cyborg.tests.functional.clients.conftest import live_api  # noqa: F401
 
-DOCUMENT = (pathlib.Path(__file__).parents[4] / 'doc' / 'source'
-            / 'reference' / 'openapi.yaml')
 METHODS = ('get', 'post', 'put', 'patch', 'delete')
 LATEST = {'OpenStack-API-Version': 'accelerator 2.5'}
-
-
-def no_internal_error(ctx: Any, response: Any, case: Any) -> None:
-    """No 500 at 2.5: the legacy 500s are for 2.0-2.3 only.
-
-    Other 5xx are left to status_code_conformance: a 503 is documented
-    where the API waits on an agent, and no agent runs here.
-    """
-    if response.status_code == 500:
-        raise AssertionError(f'500 at 2.5: {response.text}')
-
-
-CHECKS = [no_internal_error,
-          openapi_checks.status_code_conformance,
-          openapi_checks.content_type_conformance,
-          openapi_checks.response_headers_conformance,
-          openapi_checks.response_schema_conformance]
-# Generated requests per operation: enough to reach each documented
-# status, few enough that the whole run stays well under a minute.
-EXAMPLES = 12
+# Generated requests per operation, positive and as many negative, and
+# walks of the stateful phase, at each version; the coverage cases
+# (about 950, the same at every version) at the latest only. Enough to
+# reach each documented status, few enough that the module stays under a
+# minute; tools/fuzz/run.py sends some 20,000 requests per version.
+EXAMPLES = 15
+STATEFUL_EXAMPLES = 10
 
 
 @pytest.fixture(scope='module')
 def document() -> dict[str, Any]:
-    with DOCUMENT.open() as f:
-        return yaml.safe_load(f)
+    """openapi.yaml, with the links the stateful phase follows."""
+    return contract.document()
 
 
 def _operations(document: dict[str, Any]) -> set[tuple[str, str]]:
@@ -133,27 +120,34 @@ def test_every_route_documented_and_served(document):
                     f'/{{uuid}}; documented: {shapes}')
 
 
-def _seed(live: Any) -> dict[str, str]:
-    """A resource of each kind; returns the uuid of each by resource."""
-    live.seed(host='cmp1', count=2)
-    app = live.app
-    profile = live.dp('dp1')
-    deployables = app.get('/v2/deployables', headers=ADMIN).json
-    deployable = deployables['deployables'][0]
-    attribute = app.post_json('/v2/attributes',
-                              {'deployable_uuid': deployable['uuid'],
-                               'key': 'k1', 'value': 'v1'},
-                              headers=ADMIN).json
-    arq = app.post_json('/v2/accelerator_requests',
-                        {'device_profile_name': 'dp1'},
-                        headers=ADMIN).json['arqs'][0]
-    device = app.get('/v2/devices', headers=ADMIN).json['devices'][0]
-    return {'device_profiles': profile['uuid'],
-            'accelerator_requests': arq['uuid'],
-            'devices': device['uuid'],
-            'deployables': deployable['uuid'],
-            'attributes': attribute['uuid'],
-            'hosts': 'cmp1'}
+def _resources(live: Any, seed: bool = True) -> fuzzing.Resources:
+    """A resource of each kind, on two devices of host cmp1 (``seed``:
+    stored as the conductor stores an agent's report)."""
+    if seed:
+        live.seed(host='cmp1', count=2)
+    resources = fuzzing.Resources(live.url[:-len('/v2')], 'cmp1')
+    resources.seed()
+    return resources
+
+
+@pytest.fixture
+def agent(live_api, fake_glance):  # noqa: F811
+    """cmp1's agent with two fake devices, [glance] at a fake: programs
+    and discoveries are answered (with no agent, each program request
+    would wait for one)."""
+    conf = live_api.conf
+    test_fixtures.glance_conf(conf, fake_glance)
+    conf.set_override('host', 'cmp1')
+    conf.set_override('device_count', 2, 'fake_driver')
+    service = agent_service.build(conf, loaded=[fake.FakeDriver(conf)])
+    service.start()
+    try:
+        utils.wait_for(lambda: requests.get(
+            live_api.url + '/devices', headers=ADMIN,
+            timeout=10).json()['devices'], 'the agent\'s report')
+        yield
+    finally:
+        service.stop()
 
 
 def _fill(path: str, known: dict[str, str]) -> str:
@@ -165,7 +159,7 @@ def _fill(path: str, known: dict[str, str]) -> str:
 def test_documented_routes_are_routed(document, live_api):  # noqa: F811
     """Each documented operation on existing resources reaches a handler:
     neither 405 nor a routing 404."""
-    known = _seed(live_api)
+    known = _resources(live_api).ids
     root = live_api.url[:-len('/v2')]
     bodies = {'PATCH': {}, 'POST': {}}
     # Deletes last, so that every other request finds its resource.
@@ -183,44 +177,20 @@ def test_documented_routes_are_routed(document, live_api):  # noqa: F811
             assert 'cmp1' in response.json()['error_message']
 
 
-def _run(operation: Any, root: str, known: dict[str, str]) -> None:
-    strategy = operation.as_strategy(headers=dict(ADMIN, **LATEST))
-    parts = operation.path.split('/')
-    resource = parts[2] if len(parts) > 2 else ''
+@pytest.mark.parametrize('version', ['2.0', '2.5'])
+def test_schemathesis(live_api, agent, version):  # noqa: F811
+    """Generated requests get documented statuses, headers and bodies,
+    JSON errors, and no server error but the 500s documented below 2.4.
 
-    @hypothesis.settings(max_examples=EXAMPLES, derandomize=True,
-                         database=None, deadline=None,
-                         suppress_health_check=list(hypothesis.HealthCheck),
-                         phases=[hypothesis.Phase.explicit,
-                                 hypothesis.Phase.generate])
-    @hypothesis.given(case=strategy, existing=st.booleans())
-    def run(case: Any, existing: bool) -> None:
-        # Half the requests name a resource that exists.
-        if existing and case.path_parameters and resource in known:
-            first = next(iter(case.path_parameters))
-            case.path_parameters[first] = known[resource]
-        case.call_and_validate(base_url=root, checks=CHECKS, timeout=30)
-
-    run()
-
-
-def test_schemathesis(document, live_api):  # noqa: F811
-    """Generated requests at 2.5 get documented statuses, headers and
-    bodies, and never a server error."""
-    known = _seed(live_api)
-    # No agent runs: programming an FPGA fails (503) after this long.
-    live_api.conf.set_override('bind_timeout', 1, 'conductor')
-    root = live_api.url[:-len('/v2')]
-    schema = schemathesis.openapi.from_dict(document)
-    failures = []
-    for result in schema.get_all_operations():
-        operation = result.ok()
-        try:
-            _run(operation, root, known)
-        except Exception as exc:  # every operation's failures, not one
-            failures.append(f'{operation.method.upper()} {operation.path}:'
-                            f' {exc}')
-    assert not failures, '\n\n'.join(failures)
+    2.0 is sent as Nova sends it, without a version header.
+    """
+    resources = _resources(live_api, seed=False)
+    run = fuzzing.Fuzz(contract.load_schema(), resources.root,
+                       None if version == '2.0' else version, resources)
+    run.run(EXAMPLES, STATEFUL_EXAMPLES, coverage=version == '2.5')
+    assert not run.findings, (
+        f'{len(run.findings)} distinct failure(s) in {run.session.sent} '
+        f'requests:\n{run.report()}')
 
 
 @pytest.mark.parametrize('version,status', [
@@ -250,7 +220,4 @@ def test_legacy_server_errors(document, live_api, version,  # noqa: F811
         operation = schema[path.split('?')[0]][method]
         case = operation.Case(headers=headers,
                               **({'body': body} if body else {}))
-        case.validate_response(response, checks=[
-            openapi_checks.status_code_conformance,
-            openapi_checks.content_type_conformance,
-            openapi_checks.response_schema_conformance])
+        case.validate_response(response, checks=contract.CHECKS)
