@@ -10,7 +10,6 @@ import json
 import logging
 import re
 import socket
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -21,6 +20,7 @@ import sqlalchemy as sa
 
 from cyborg.db import migration
 from cyborg.tests import conftest
+from cyborg.tests import placement_server
 from cyborg.tests.functional.api.fixtures import ADMIN
 from cyborg.tests.functional.test_processes import _start
 from cyborg.tests.functional.test_processes import _write_conf
@@ -31,80 +31,19 @@ DB_DOWN = ('Service unavailable: cyborg cannot reach its database; retry '
 PROFILE = {'groups': [{'resources:FPGA': '1'}]}
 
 
-class _Relay:
-    """A TCP relay on 127.0.0.1 to the database server of ``url``."""
+class _Relay(placement_server.Relay):
+    """The relay, open, in front of the database server of ``url``;
+    ``url`` is the database's through it."""
 
     def __init__(self, url: str) -> None:
-        parsed = sa.engine.make_url(url)
-        self._target = (parsed.host, parsed.port or {
-            'mysql': 3306, 'postgresql': 5432}[parsed.get_backend_name()])
-        self._listener: socket.socket | None = None
-        self._open: set[socket.socket] = set()
-        self._lock = threading.Lock()
-        self.port = 0
-        self.up()
-        self.url = parsed.set(host='127.0.0.1', port=self.port
-                              ).render_as_string(hide_password=False)
+        super().__init__(url)
+        self.url = sa.engine.make_url(url).set(
+            host='127.0.0.1', port=self.port).render_as_string(
+                hide_password=False)
+        self.open()
 
-    def up(self) -> None:
-        """Listen (again, on the same port) and relay what comes in."""
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(('127.0.0.1', self.port))
-        listener.listen(64)
-        self.port = listener.getsockname()[1]
-        self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,),
-                         daemon=True).start()
-
-    def down(self) -> None:
-        """Refuse connections; cut the open ones."""
-        if self._listener is not None:
-            # shutdown() wakes the thread blocked in accept(); close()
-            # alone would not.
-            self._listener.shutdown(socket.SHUT_RDWR)
-            self._listener.close()
-            self._listener = None
-        with self._lock:
-            open_, self._open = self._open, set()
-        for sock in open_:
-            self._cut(sock)
-
-    @staticmethod
-    def _cut(sock: socket.socket) -> None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        sock.close()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            try:
-                server = socket.create_connection(self._target)
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                self._open |= {client, server}
-            for source, sink in ((client, server), (server, client)):
-                threading.Thread(target=self._pipe, args=(source, sink),
-                                 daemon=True).start()
-
-    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        with self._lock:
-            self._open -= {source, sink}
-        for sock in (source, sink):
-            self._cut(sock)
+    up = placement_server.Relay.open
+    down = placement_server.Relay.close
 
 
 class _SqliteDirectory:
