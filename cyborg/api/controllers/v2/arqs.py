@@ -107,7 +107,7 @@ class ARQsController(rest.RestController):
             raise base.legacy_error(
                 f'bind_state must be "resolved", not {bind_state!r}.')
         if instance is not None:
-            base.check_uuid(instance, 'instance')
+            instance = base.check_uuid(instance, 'instance')
         project = _project_scope(ctx)
         resolved = bind_state == 'resolved'
         if (resolved and instance is not None
@@ -156,7 +156,7 @@ class ARQsController(rest.RestController):
                 '<uuid> (or in the path), or ?instance=<uuid>; not both.')
         api = pecan.request.conductor_api
         if instance is not None:
-            base.check_uuid(instance, 'instance')
+            instance = base.check_uuid(instance, 'instance')
             _require_service_token(ctx)
             project = _project_scope(ctx)
             mine = None

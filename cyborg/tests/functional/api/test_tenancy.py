@@ -242,6 +242,18 @@ def test_nova_flow_with_the_users_token(tenants):
     assert tenants.state(tenants.b_arq) == 'Bound'
 
 
+def test_an_instance_in_another_uuid_form_is_the_same_instance(tenants):
+    """Binds store the canonical uuid; a filter or delete naming the
+    instance in upper case finds the same requests."""
+    upper = A_INSTANCE.upper()
+    listed = tenants.app.get(f'{ARQS}?instance={upper}',
+                             headers=NOVA_A).json['arqs']
+    assert [a['uuid'] for a in listed] == [tenants.a_arq['uuid']]
+    tenants.app.delete(f'{ARQS}?instance={upper}', headers=NOVA_A,
+                       status=204)
+    assert tenants.a_arq['uuid'] not in tenants.uuids()
+
+
 class OldConductor(manager.ConductorManager):
     """A conductor of RPC 1.6: delete by instance takes no project."""
 
