@@ -201,6 +201,10 @@ def _request(url, method='GET', body=None, token='admin'):
         return response.status, response.read()
 
 
+# What uwsgi logs when a worker has loaded the WSGI application.
+READY = "WSGI app 0 (mountpoint='') ready"
+
+
 @pytest.mark.parametrize('backend', ['mysql'], indirect=True)
 def test_wsgi_module_under_uwsgi(tmp_path, rabbit_url, db_engine,
                                  empty_db_url):
@@ -245,10 +249,17 @@ def test_wsgi_module_under_uwsgi(tmp_path, rabbit_url, db_engine,
             assert status == 201
         status, body = _request(f'{base}/accelerator_requests')
         assert len(json.loads(body)['arqs']) == 4
+        # The first worker may answer everything while the second still
+        # imports the app; a SIGTERM then would meet that import (and
+        # uwsgi's 60 s wait for it), not a serving worker.
+        _wait(lambda: (tmp_path / 'api.log').read_text().count(READY) == 2,
+              what='both uwsgi workers to load the app')
     finally:
-        api_code = _stop(api)
-        _stop(conductor)
+        try:
+            api_code = _stop(api)
+        finally:
+            _stop(conductor)
     log = (tmp_path / 'api.log').read_text()
     assert api_code == 0, log
     assert 'Traceback' not in log, log
-    assert log.count('WSGI app 0 (mountpoint=\'\') ready') == 2, log
+    assert log.count(READY) == 2, log
