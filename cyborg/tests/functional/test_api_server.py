@@ -2,6 +2,7 @@
 import socket
 
 from cyborg.db import migration
+from cyborg.tests.functional import gate_stack
 from cyborg.tests.functional.test_processes import _get
 from cyborg.tests.functional.test_processes import _start
 from cyborg.tests.functional.test_processes import _stop
@@ -27,9 +28,7 @@ def test_half_sent_requests_do_not_hold_the_server(tmp_path):
     answered."""
     url = f'sqlite:///{tmp_path}/cyborg.sqlite'
     migration.upgrade('head', url=url)
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        port = s.getsockname()[1]
+    port = gate_stack.free_port()
     conf_file = _write_conf(
         tmp_path / 'cyborg.conf', DEFAULT={'transport_url': 'fake://'},
         database={'connection': url},

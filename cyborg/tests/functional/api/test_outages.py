@@ -9,7 +9,6 @@ its directory ("unable to open database file").
 import json
 import logging
 import re
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -21,6 +20,7 @@ import sqlalchemy as sa
 from cyborg.db import migration
 from cyborg.tests import conftest
 from cyborg.tests import placement_server
+from cyborg.tests.functional import gate_stack
 from cyborg.tests.functional.api.fixtures import ADMIN
 from cyborg.tests.functional.test_processes import _start
 from cyborg.tests.functional.test_processes import _write_conf
@@ -188,9 +188,7 @@ def test_services_start_with_the_database_down(tmp_path, rabbit_url,
     while the database is down; then it comes back, and goes again."""
     migration.upgrade('head', url=database.url)
     database.down()
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        port = s.getsockname()[1]
+    port = gate_stack.free_port()
     conf_file = _write_conf(
         tmp_path / 'cyborg.conf',
         DEFAULT={'transport_url': rabbit_url,
