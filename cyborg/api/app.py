@@ -14,13 +14,13 @@ from oslo_middleware import request_id
 from oslo_middleware import sizelimit
 
 from cyborg.api import hooks
+from cyborg.api import policy
 from cyborg.api.controllers import root
 from cyborg.api.middleware import auth
 from cyborg.api.middleware import encoding
 from cyborg.api.middleware import json_only
 from cyborg.api.middleware import parsable_error
 from cyborg.api.middleware import routes
-from cyborg.common import policy
 
 _ArgSpec = collections.namedtuple('ArgSpec', 'args varargs keywords defaults')
 _argspecs: dict[Any, Any] = {}

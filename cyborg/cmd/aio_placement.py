@@ -22,7 +22,7 @@ from typing import Any
 import requests
 from oslo_config import cfg
 
-from cyborg.common import placement_client
+from cyborg.conductor import placement_client
 
 # The placement microversion of the calls cyborg-aio prints.
 MICROVERSION = '1.39'

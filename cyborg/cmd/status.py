@@ -13,11 +13,11 @@ from oslo_upgradecheck import upgradecheck
 import cyborg.cmd  # noqa: F401  (native threads first)
 from cyborg import context as cyborg_context
 from cyborg import version as cyborg_version
+from cyborg.api import policy as cyborg_policy
 from cyborg.common import exception
 from cyborg.common import keystone
-from cyborg.common import placement_client
-from cyborg.common import policy as cyborg_policy
 from cyborg.conductor import manager
+from cyborg.conductor import placement_client
 from cyborg.conf import CONF
 from cyborg.db import api as db_api
 from cyborg.db import migration

@@ -25,7 +25,7 @@ from cyborg import context as cyborg_context
 from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import exception
 from cyborg.common import glance_client
-from cyborg.common import nova_client
+from cyborg.conductor import nova_client
 from cyborg.db.api import arq_bindings
 from cyborg.db.api import attach_handles
 from cyborg.db.api import deployables

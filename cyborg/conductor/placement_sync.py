@@ -27,7 +27,7 @@ from oslo_config import cfg
 
 from cyborg import context as cyborg_context
 from cyborg.common import exception
-from cyborg.common import placement_client
+from cyborg.conductor import placement_client
 from cyborg.db.api import providers
 
 LOG = logging.getLogger(__name__)

@@ -6,9 +6,9 @@ import oslo_messaging as messaging
 from oslo_config import cfg
 
 from cyborg import context as cyborg_context
-from cyborg.common import coalesce
 from cyborg.common import exception
 from cyborg.common import rpc
+from cyborg.conductor import coalesce
 
 LOG = logging.getLogger(__name__)
 

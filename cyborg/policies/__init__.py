@@ -3,18 +3,18 @@ from collections.abc import Iterator
 
 from oslo_policy import policy
 
-from cyborg.policies import arq
-from cyborg.policies import attribute
+from cyborg.policies import arqs
+from cyborg.policies import attributes
 from cyborg.policies import base
-from cyborg.policies import deployable
-from cyborg.policies import device
-from cyborg.policies import device_profile
-from cyborg.policies import driver
-from cyborg.policies import host
-from cyborg.policies import service
+from cyborg.policies import deployables
+from cyborg.policies import device_profiles
+from cyborg.policies import devices
+from cyborg.policies import drivers
+from cyborg.policies import hosts
+from cyborg.policies import services
 
 
 def list_policies() -> Iterator[policy.RuleDefault]:
-    for module in (base, device_profile, arq, device, deployable, attribute,
-                   service, driver, host):
+    for module in (base, device_profiles, arqs, devices, deployables,
+                   attributes, services, drivers, hosts):
         yield from module.list_rules()

@@ -11,10 +11,10 @@ from oslo_utils import uuidutils
 from wsme import types as wtypes
 
 from cyborg import context as cyborg_context
+from cyborg.api import policy
 from cyborg.api import schemas
 from cyborg.api.controllers import link
 from cyborg.common import exception
-from cyborg.common import policy
 from cyborg.conf import CONF
 from cyborg.db.api import query
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from cyborg.common import nova_client
+from cyborg.conductor import nova_client
 from cyborg.tests.fakes.fixtures import nova_conf
 
-LOGGER = 'cyborg.common.nova_client'
+LOGGER = 'cyborg.conductor.nova_client'
 DELAYS = (0.25, 1.0)
 
 

@@ -7,8 +7,8 @@ import pytest
 
 from cyborg import context as cyborg_context
 from cyborg.accelerator.drivers import fake
-from cyborg.common import placement_client
 from cyborg.conductor import manager as conductor_manager
+from cyborg.conductor import placement_client
 from cyborg.conductor import placement_sync
 from cyborg.conductor import service as conductor_service
 from cyborg.db.api import arq_bindings

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from cyborg.common import coalesce
+from cyborg.conductor import coalesce
 
 
 class _Sender:

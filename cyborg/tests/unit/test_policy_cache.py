@@ -8,7 +8,7 @@ from oslo_policy import policy as oslo_policy
 
 from cyborg import context as cyborg_context
 from cyborg import policies
-from cyborg.common import policy
+from cyborg.api import policy
 
 RULE = 'cyborg:device_profile:get_all'
 

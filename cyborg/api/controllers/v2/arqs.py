@@ -9,12 +9,12 @@ from pecan import rest
 from wsme import types as wtypes
 
 from cyborg import context as cyborg_context
+from cyborg.api import policy
 from cyborg.api.controllers import base
 from cyborg.api.controllers import link
 from cyborg.api.expose import expose
-from cyborg.api.schemas import arq as schema
+from cyborg.api.schemas import arqs as schema
 from cyborg.common import exception
-from cyborg.common import policy
 from cyborg.conf import CONF
 from cyborg.db.api import arqs as arq_db
 

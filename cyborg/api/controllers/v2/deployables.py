@@ -8,7 +8,7 @@ from wsme import types as wtypes
 from cyborg.api.controllers import base
 from cyborg.api.controllers import link
 from cyborg.api.expose import expose
-from cyborg.api.schemas import deployable as schema
+from cyborg.api.schemas import deployables as schema
 from cyborg.common import exception
 from cyborg.db.api import deployables
 

@@ -9,7 +9,7 @@ from wsme import types as wtypes
 from cyborg.api.controllers import base
 from cyborg.api.controllers import link
 from cyborg.api.expose import expose
-from cyborg.api.schemas import device_profile as schema
+from cyborg.api.schemas import device_profiles as schema
 from cyborg.common import exception
 from cyborg.db.api import device_profiles
 

@@ -10,7 +10,7 @@ import webtest
 from cyborg import context as cyborg_context
 from cyborg.accelerator.drivers import fake
 from cyborg.api import app
-from cyborg.common import policy
+from cyborg.api import policy
 from cyborg.common import rpc
 from cyborg.common import service
 from cyborg.conductor import manager

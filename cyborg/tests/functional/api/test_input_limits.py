@@ -8,8 +8,8 @@ import yaml
 
 from cyborg import context as cyborg_context
 from cyborg.api.controllers import base
-from cyborg.api.schemas import arq as arq_schema
-from cyborg.api.schemas import device_profile as dp_schema
+from cyborg.api.schemas import arqs as arq_schema
+from cyborg.api.schemas import device_profiles as dp_schema
 from cyborg.common import exception
 from cyborg.db import models
 from cyborg.db.api import arqs

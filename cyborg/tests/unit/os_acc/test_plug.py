@@ -10,9 +10,9 @@ from cyborg.os_acc import base
 from cyborg.os_acc import exception
 from cyborg.os_acc import manager
 from cyborg.os_acc import objects
+from cyborg.os_acc.drivers import fake_pci
 from cyborg.os_acc.drivers import mdev
 from cyborg.os_acc.drivers import pci
-from cyborg.os_acc.drivers import test_pci
 from cyborg.os_acc.plugins import libvirt
 from cyborg.tests.sysfs import SysfsTree
 from cyborg.tests.unit.os_acc import fakes
@@ -35,7 +35,7 @@ def kernel(tmp_path):
     return kernel
 
 
-class Recorder(test_pci.TestPciDriver):
+class Recorder(fake_pci.FakePciDriver):
     """TEST_PCI, recording each call in ``calls``; ``fail[(step, arq)]``
     makes that step fail."""
 

@@ -4,13 +4,11 @@ from cyborg.os_acc import base
 from cyborg.os_acc import objects
 
 
-class TestPciDriver(base.DeviceDriver):
+class FakePciDriver(base.DeviceDriver):
     """The fake driver's TEST_PCI functions, which do not exist."""
 
     name = 'test_pci'
     attach_handle_types = frozenset({'TEST_PCI'})
-    # Not a test case, whatever its name says.
-    __test__ = False
 
     def validate(self, arq: objects.ARQ) -> None:
         objects.PciAddress.from_info(arq.attach_handle_info)
