@@ -1,11 +1,8 @@
 """Building the WSGI application: pecan app plus its middleware."""
-import collections
-import inspect
 from collections.abc import Callable
 from typing import Any
 
 import pecan
-import pecan.util
 import webob
 import webob.multidict
 from oslo_config import cfg
@@ -21,28 +18,9 @@ from cyborg.api.middleware import encoding
 from cyborg.api.middleware import json_only
 from cyborg.api.middleware import parsable_error
 from cyborg.api.middleware import routes
+from cyborg.common import patches
 
-_ArgSpec = collections.namedtuple('ArgSpec', 'args varargs keywords defaults')
-_argspecs: dict[Any, Any] = {}
-
-
-def _cached_argspec(func: Callable[..., Any]) -> Any:
-    """pecan's argspec of ``func``, computed once per function.
-
-    pecan routes every request by inspecting controller signatures, and
-    its own helper builds a new namedtuple class on each call: a third of
-    a small request's time. A signature never changes, so keep it.
-    """
-    key = getattr(func, '__func__', func)
-    try:
-        return _argspecs[key]
-    except KeyError:
-        spec = _ArgSpec(*inspect.getfullargspec(func)[:4])
-        _argspecs[key] = spec
-        return spec
-
-
-pecan.util._getargspec = _cached_argspec
+patches.cache_pecan_argspecs()
 
 
 class Request(webob.Request):

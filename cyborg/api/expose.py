@@ -18,12 +18,12 @@ from typing import Any
 import oslo_messaging as messaging
 import pecan
 import sqlalchemy as sa
-import wsme.api
 from oslo_db import exception as db_exc
 from wsmeext.pecan import wsexpose
 
 from cyborg.api import errors
 from cyborg.common import exception
+from cyborg.common import patches
 
 LOG = logging.getLogger(__name__)
 
@@ -45,9 +45,6 @@ _NO_SERVER = re.compile(
     r'could not connect|connection to server .* failed|'
     r'closed the connection|terminating connection|database system is|'
     r'unable to open database file', re.IGNORECASE)
-
-_format_exception = wsme.api.format_exception
-
 
 def _database_down(error: BaseException) -> bool:
     """Whether ``error`` says the database cannot be reached."""
@@ -108,8 +105,11 @@ def _cause(error: BaseException) -> str:
     return f'; cause: {lines[0]}' if lines else ''
 
 
-def format_exception(excinfo: Any, debug: bool = False) -> dict[str, Any]:
-    """WSME's fault document; the message hidden for unexpected errors."""
+def format_exception(excinfo: Any, debug: bool = False, *,
+                     default: Callable[..., dict[str, Any]]
+                     ) -> dict[str, Any]:
+    """WSME's fault document (``default`` makes it); the message hidden
+    for unexpected errors."""
     error = excinfo[1]
     if isinstance(error, exception.ServiceUnavailable):
         # Expected while a dependency is down: WSME would log it as a
@@ -119,7 +119,7 @@ def format_exception(excinfo: Any, debug: bool = False) -> dict[str, Any]:
                     _cause(error))
         pecan.response.headers['Retry-After'] = str(RETRY_AFTER)
         return errors.fault(error.code, error.message)
-    fault = _format_exception(excinfo, debug)
+    fault = default(excinfo, debug)
     if isinstance(error, exception.CyborgException):
         # Not str(error): an error a conductor raised comes back from
         # oslo.messaging with the conductor's traceback in str().
@@ -130,5 +130,4 @@ def format_exception(excinfo: Any, debug: bool = False) -> dict[str, Any]:
     return fault
 
 
-# wsmeext.pecan looks the function up on the module at every error.
-wsme.api.format_exception = format_exception
+patches.format_wsme_faults(format_exception)

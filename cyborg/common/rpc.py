@@ -1,13 +1,14 @@
 """oslo.messaging plumbing: one transport per process, clients and servers."""
+from collections.abc import Callable
 from typing import Any
 
 import oslo_messaging as messaging
 from oslo_config import cfg
 from oslo_messaging import opts as messaging_opts
-from oslo_messaging._drivers import amqpdriver
 from oslo_serialization import jsonutils
 
 from cyborg import context as cyborg_context
+from cyborg.common import patches
 
 CONDUCTOR_TOPIC = 'cyborg-conductor'
 AGENT_TOPIC = 'cyborg-agent'
@@ -35,8 +36,7 @@ def init(conf: cfg.ConfigOpts, url: str | None = None) -> None:
     """
     global _TRANSPORT
     if _TRANSPORT is None:
-        # Read when a listener is made and after each message it takes.
-        amqpdriver.ACK_REQUEUE_EVERY_SECONDS_MIN = POLL_AFTER_MESSAGE
+        patches.poll_after_message(POLL_AFTER_MESSAGE)
         _TRANSPORT = messaging.get_rpc_transport(
             conf, url=url, allowed_remote_exmods=ALLOWED_EXMODS)
         # oslo.messaging registers some [DEFAULT] options (the RPC timeout
@@ -118,3 +118,28 @@ def get_server(target: messaging.Target,
     return messaging.get_rpc_server(
         _transport(), target, endpoints,
         serializer=RequestContextSerializer())
+
+
+def call(client: messaging.RPCClient, context: Any, version: str,
+         method: str, unavailable: Callable[[str], Exception],
+         server: str | None = None, timeout: float | None = None,
+         **kwargs: Any) -> Any:
+    """Call ``method`` at ``version`` on ``client``'s topic and wait.
+
+    ``server`` addresses one server of the topic; ``timeout`` overrides
+    ``[DEFAULT] rpc_response_timeout``. Sent ``at_least_once``: when no
+    server has its queue bound, the broker returns the message and the call
+    fails at once instead of waiting for the timeout. When nobody listens
+    or answers in time, raises ``unavailable(reason)``.
+    """
+    cctxt = client.prepare(
+        server=server, version=version, timeout=timeout,
+        transport_options=messaging.TransportOptions(at_least_once=True))
+    try:
+        return cctxt.call(context, method, **kwargs)
+    except messaging.MessageUndeliverable as exc:
+        raise unavailable(f'nothing listens for {method}') from exc
+    except messaging.MessagingTimeout as exc:
+        waited = cctxt.timeout or client.conf.rpc_response_timeout
+        raise unavailable(
+            f'no answer to {method} within {waited}s') from exc

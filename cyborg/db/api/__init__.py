@@ -13,6 +13,8 @@ from oslo_db import api as oslo_db_api
 from oslo_db.sqlalchemy import enginefacade
 from oslo_db.sqlalchemy import orm
 
+from cyborg.common import patches
+
 main_context_manager = enginefacade.transaction_context()
 reader = main_context_manager.reader
 writer = main_context_manager.writer
@@ -132,7 +134,6 @@ def patch_engine(engine: sa.engine.Engine) -> Any:
     # configured factory, so no engine is made for [database] connection.
     _tune_engine(engine)
     maker = orm.get_maker(engine=engine, expire_on_commit=False)
-    factory = enginefacade._TestTransactionFactory(
-        engine, maker, apply_global=False,
-        from_factory=main_context_manager._factory)
+    factory = patches.transaction_factory(engine, maker,
+                                          main_context_manager)
     return main_context_manager.patch_factory(factory)
