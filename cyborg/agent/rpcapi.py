@@ -14,9 +14,8 @@ Context = cyborg_context.RequestContext
 class AgentAPI:
     """Calls into the agent of one host (topic ``cyborg-agent``).
 
-    Every call is addressed to one host and sent with ``at_least_once``: when
-    no agent listens there the broker returns the message and the call
-    fails at once with AgentUnavailable instead of waiting for a timeout.
+    Every call is addressed to one host; when no agent listens there, or
+    it does not answer in time, the call raises AgentUnavailable.
 
     API version history:
 
@@ -39,19 +38,11 @@ class AgentAPI:
             raise exception.NotSupported(
                 what=f'Agent RPC {method} (version {version}) with '
                      f'[upgrade_levels] agent={self.client.version_cap}')
-        cctxt = self.client.prepare(
-            server=host, version=version, timeout=timeout,
-            transport_options=messaging.TransportOptions(at_least_once=True))
-        try:
-            return cctxt.call(context, method, **kwargs)
-        except messaging.MessageUndeliverable as exc:
-            raise exception.AgentUnavailable(
-                host=host, reason=f'no agent listens for {method}') from exc
-        except messaging.MessagingTimeout as exc:
-            waited = cctxt.timeout or self.client.conf.rpc_response_timeout
-            raise exception.AgentUnavailable(
-                host=host, reason=f'no answer to {method} within '
-                                  f'{waited}s') from exc
+        return rpc.call(
+            self.client, context, version, method,
+            lambda reason: exception.AgentUnavailable(host=host,
+                                                      reason=reason),
+            server=host, timeout=timeout, **kwargs)
 
     def discover(self, context: Context, host: str,
                  timeout: float | None = None) -> dict[str, int] | None:

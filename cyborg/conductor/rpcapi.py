@@ -17,6 +17,11 @@ Context = cyborg_context.RequestContext
 NOT_TAKEN = object()
 
 
+def _unavailable(reason: str) -> exception.ServiceUnavailable:
+    return exception.ServiceUnavailable(
+        reason=f'no cyborg-conductor answered: {reason}; retry later.')
+
+
 class ConductorAPI:
     """Calls into any running conductor (topic ``cyborg-conductor``).
 
@@ -63,18 +68,8 @@ class ConductorAPI:
                        f'[upgrade_levels] conductor is '
                        f'{self.client.version_cap}; raise it once every '
                        'conductor is upgraded.')
-        # at_least_once: when no conductor has its queue bound the call
-        # fails at once instead of waiting for the RPC timeout.
-        cctxt = self.client.prepare(
-            version=version, timeout=rpc_timeout,
-            transport_options=messaging.TransportOptions(at_least_once=True))
-        try:
-            return cctxt.call(context, method, **kwargs)
-        except (messaging.MessagingTimeout,
-                messaging.MessageUndeliverable) as exc:
-            raise exception.ServiceUnavailable(
-                reason=f'no cyborg-conductor answered {method} '
-                       f'({type(exc).__name__}); retry later.') from exc
+        return rpc.call(self.client, context, version, method, _unavailable,
+                        timeout=rpc_timeout, **kwargs)
 
     def _call_newer(self, context: Context, version: str, method: str,
                     instead: str, **kwargs: Any) -> Any:
