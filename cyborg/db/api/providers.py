@@ -195,7 +195,7 @@ def purge_released(context: cyborg_context.RequestContext) -> int:
         return 0
     ids = [r.id for r in rows]
     add_removals(session, {r.rp_uuid: r.hostname for r in rows
-                                     if r.rp_uuid})
+                           if r.rp_uuid})
     session.execute(sa.delete(models.Attribute).where(
         models.Attribute.deployable_id.in_(ids)))
     session.execute(sa.delete(handle).where(handle.deployable_id.in_(ids)))

@@ -38,8 +38,9 @@ def test_parallel_binds_take_distinct_handles(conf, db_engine):
         binding = {'hostname': 'node1',
                    'device_rp_uuid': deployable['rp_uuid'],
                    'instance_uuid': str(uuid.uuid4())}
-        return arq_bindings.apply_patch(cyborg_context.get_admin_context(),
-                                {arq_uuid: binding}, []).states[arq_uuid]
+        outcome = arq_bindings.apply_patch(
+            cyborg_context.get_admin_context(), {arq_uuid: binding}, [])
+        return outcome.states[arq_uuid]
 
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         futures = [pool.submit(bind, u) for u in created]

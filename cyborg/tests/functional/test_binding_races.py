@@ -201,7 +201,7 @@ def test_program_and_binds_exclude_each_other(races):
     other = races.glance.add_image(b'other')['id']
     plain = races.new_profile({'resources:FPGA': '1'})
     wants_other = races.new_profile({'resources:FPGA': '1',
-                                 'accel:bitstream_id': other})
+                                     'accel:bitstream_id': other})
 
     # An operator programs the idle device; it takes two seconds.
     programmed = concurrent.futures.ThreadPoolExecutor(1).submit(
@@ -238,7 +238,7 @@ def test_binds_wanting_different_bitstreams_never_both_program(races):
     images = [races.glance.add_image(f'image {n}'.encode())['id']
               for n in range(2)]
     profiles = {image: races.new_profile({'resources:FPGA': '1',
-                                      'accel:bitstream_id': image})
+                                          'accel:bitstream_id': image})
                 for image in images}
     rng = random.Random()
     wanted = {}
@@ -516,7 +516,7 @@ def test_a_killed_conductor_does_not_leave_a_device_programming(races):
     images = [races.glance.add_image(f'image {n}'.encode())['id']
               for n in range(2)]
     first, second = (races.new_profile({'resources:FPGA': '1',
-                                    'accel:bitstream_id': image})
+                                        'accel:bitstream_id': image})
                      for image in images)
     [arq] = races.create(first)
     races.bind_arqs([arq], fpga['rp_uuid'])

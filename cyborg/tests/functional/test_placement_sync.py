@@ -431,7 +431,7 @@ def test_custom_resource_class_is_created(conf, sync, placement, node):
 
 
 def test_client_is_pinned_and_reads_error_codes(conf, placement_url,
-                                                 placement, node):
+                                                placement, node):
     placement_server.point_at(conf, placement_url)
     client = placement_client.PlacementClient(conf)
     assert client.find_provider(node['name'])['uuid'] == node['uuid']

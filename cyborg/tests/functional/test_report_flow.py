@@ -119,7 +119,7 @@ def test_conductor_asks_agent_to_discover(conf, conductor, db_engine):
 
 
 def test_two_agents_claiming_one_node_are_refused(conf, conductor,
-                                                   db_engine, caplog):
+                                                  db_engine, caplog):
     """Two hosts that report the same placement node name collide."""
     api = conductor_rpcapi.ConductorAPI(conf)
     ctx = cyborg_context.get_admin_context()

@@ -274,7 +274,7 @@ def test_restart_removes_the_mdevs_no_request_holds(conf, path):
 
 
 def test_without_the_conductor_every_recorded_mdev_is_kept(conf, path,
-                                                          caplog):
+                                                           caplog):
     ctx = cyborg_context.get_admin_context()
     first = Agent(conf, path)
     first.manager.create_mdev(ctx, 'fake', _gpu_handle(first.driver, 0),

@@ -233,7 +233,7 @@ def test_when_no_source_opens_the_monitor_warns_once(udevd, netlink,
     ('context', ImportError('Unable to find libudev')),
 ], ids=['no-permission', 'no-netlink', 'no-libudev'])
 def test_without_udev_the_monitor_warns_once(monkeypatch, caplog, udevd,
-                                              where, error):
+                                             where, error):
     def fail(*args, **kwargs):
         raise error
 

@@ -217,7 +217,7 @@ def test_nic_malformed_vf_is_skipped_with_warning(nic_conf, tree, caplog):
 ], ids=['no colon', 'no name', 'space', 'no interface', 'empty interface',
         'long interface', 'function'])
 def test_nic_bad_mapping_fails_at_construction(nic_conf, option, value,
-                                                message):
+                                               message):
     nic_conf.set_override(option, ['physnet9:ens9', value], 'nic_devices')
     with pytest.raises(exception.Invalid) as err:
         intel_nic.IntelNicDriver(nic_conf)

@@ -128,7 +128,7 @@ def test_gpus_without_a_vgpu_type_are_whole_pgpus(conf, tree):
         'trait2': 'CUSTOM_NVIDIA_1EB8'}
     [handle] = deployable.attach_handles
     assert (handle.attach_type, handle.attach_info) == ('PCI',
-                                                         t4.controlpath_id)
+                                                        t4.controlpath_id)
     rtx = found[RTX].deployables[0]
     assert rtx.attributes['trait2'] == 'CUSTOM_NVIDIA_24B0'
     assert found[RTX].std_board_info['class_code'] == '0x030000'

@@ -283,7 +283,7 @@ def test_a_driver_attribute_the_host_stops_reporting_goes(api_all_dbs,
 
 
 def test_a_removed_deployable_takes_the_operators_attributes(api_all_dbs,
-                                                            db_engine):
+                                                             db_engine):
     api = api_all_dbs
     dep = api.seed('cmp1', hostname='node1')[0]['deployables'][0]
     with db_engine.connect() as conn:

@@ -120,7 +120,7 @@ def test_delete_by_instance_deletes_only_the_callers_requests(
 
 
 def test_delete_by_instance_leaves_other_projects_requests(tenants_all_dbs,
-                                                         db_engine):
+                                                           db_engine):
     """An instance holding requests of two projects (written here: no
     bind makes it): the caller's go, the others stay, unless the caller
     sees every project, as Nova's evacuation under an administrator."""
