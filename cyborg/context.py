@@ -9,6 +9,10 @@ from oslo_db.sqlalchemy import enginefacade
 class RequestContext(oslo_context.RequestContext):
     """A security context that also carries the current DB transaction."""
 
+    # Set by oslo.db's reader/writer for the length of a transaction
+    # (cyborg.db.api): the SQLAlchemy session.
+    session: Any
+
     def to_dict(self) -> dict[str, Any]:
         return super().to_dict()
 

@@ -149,7 +149,9 @@ class Binder:
         deadline = time.monotonic() + self.timeout
         succeeded: list[Job] = []
         failed: list[Job] = []
-        programs: dict[int, tuple[str, bool]] = {}
+        # The bitstream each deployable got, and whether it is loaded (None:
+        # unknown, the agent did not answer).
+        programs: dict[int, tuple[str, bool | None]] = {}
         by_deployable: dict[int, list[Job]] = collections.defaultdict(list)
         for job in jobs:
             by_deployable[job['deployable_id']].append(job)
@@ -198,7 +200,7 @@ class Binder:
 
     def _program(self, context: cyborg_context.RequestContext,
                  group: list[Job], deadline: float,
-                 programs: dict[int, tuple[str, bool]]) -> None:
+                 programs: dict[int, tuple[str, bool | None]]) -> None:
         """Load the bitstream the group's ARQs took the device for, or
         wait for the programming they joined to end (``programs`` gets
         what this worker loaded, and whether it did)."""
@@ -257,7 +259,7 @@ class Binder:
                   jobs[0]['host'], exc)
 
     def _notify(self, states: dict[str, str],
-                instances: dict[str, str | None]) -> None:
+                instances: dict[str, str]) -> None:
         events = [nova_client.BindEvent(instance_uuid=instances[uuid],
                                         arq_uuid=uuid, state=state)
                   for uuid, state in sorted(states.items())

@@ -251,7 +251,7 @@ class ConductorManager:
 
     @messaging.expected_exceptions(exception.CyborgException)
     def host_discover(self, context: cyborg_context.RequestContext,
-                      host: str) -> dict[str, int]:
+                      host: str) -> dict[str, int] | None:
         """Make a registered, live agent discover and report now."""
         agent = services.get_agent(context, host,
                                    self.conf.service_down_time)

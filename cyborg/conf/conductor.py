@@ -6,7 +6,7 @@ conductor_group = cfg.OptGroup(
     title='Conductor options',
     help='How cyborg-conductor binds accelerator requests.')
 
-conductor_opts = [
+conductor_opts: list[cfg.Opt] = [
     cfg.IntOpt(
         'bind_timeout',
         default=300,

@@ -8,7 +8,7 @@ generic_pci_group = cfg.OptGroup(
          'selects, whatever their vendor, as whole-function accelerators '
          'passed through to instances.')
 
-generic_pci_opts = [
+generic_pci_opts: list[cfg.Opt] = [
     cfg.MultiStrOpt(
         'device_specs',
         default=[],

@@ -10,7 +10,7 @@ nic_group = cfg.OptGroup(
          'which physical network each port is cabled to, and which '
          'functions operators attach to ports.')
 
-nic_opts = [
+nic_opts: list[cfg.Opt] = [
     cfg.ListOpt(
         'physical_device_mappings',
         default=[],

@@ -7,7 +7,7 @@ upgrade_group = cfg.OptGroup(
     help='During a rolling upgrade, cap the RPC version a service sends so '
          'that peers which are not upgraded yet still understand it.')
 
-upgrade_opts = [
+upgrade_opts: list[cfg.Opt] = [
     cfg.StrOpt(
         'conductor',
         help='Highest RPC API version sent to conductors, e.g. "1.0". '

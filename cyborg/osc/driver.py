@@ -5,6 +5,8 @@ from typing import Any
 
 from osc_lib.command import command
 
+from cyborg.osc import plugin
+
 COLUMNS = ('host', 'hostname', 'driver_name', 'devices', 'deployables',
            'accelerators', 'state', 'since', 'error', 'agent_state')
 HEADINGS = ('Host', 'Hostname', 'Driver Name', 'Devices', 'Deployables',
@@ -29,7 +31,7 @@ class ListDriver(command.Lister):
 
     def take_action(self, parsed_args: argparse.Namespace
                     ) -> tuple[tuple[str, ...], Iterable[Any]]:
-        found = self.app.client_manager.accelerator_ops.drivers(
+        found = plugin.client_of(self.app).drivers(
             host=parsed_args.host, driver_name=parsed_args.driver,
             state=parsed_args.state)
         return HEADINGS, [tuple(d[c] for c in COLUMNS) for d in found]

@@ -4,6 +4,8 @@ from typing import Any
 
 from osc_lib.command import command
 
+from cyborg.osc import plugin
+
 COLUMNS = ('host', 'devices_added', 'devices_updated', 'devices_removed',
            'kept_in_use', 'placement_pending')
 
@@ -22,6 +24,6 @@ class DiscoverHost(command.ShowOne):
 
     def take_action(self, parsed_args: argparse.Namespace
                     ) -> tuple[tuple[str, ...], tuple[Any, ...]]:
-        result = self.app.client_manager.accelerator_ops.discover(
+        result = plugin.client_of(self.app).discover(
             parsed_args.host)
         return COLUMNS, tuple(result[c] for c in COLUMNS)

@@ -22,6 +22,15 @@ def make_client(instance: Any) -> client.Client:
     return client.Client(instance.sdk_connection.accelerator)
 
 
+def client_of(app: Any) -> client.Client:
+    """The client ``make_client`` made, for a command of ``app``.
+
+    OpenStackClient sets it on its client manager under ``API_NAME``.
+    """
+    made: client.Client = getattr(app.client_manager, API_NAME)
+    return made
+
+
 def build_option_parser(parser: argparse.ArgumentParser
                         ) -> argparse.ArgumentParser:
     """No global options: the commands always use microversion 2.5."""

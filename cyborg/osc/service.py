@@ -5,6 +5,8 @@ from typing import Any
 
 from osc_lib.command import command
 
+from cyborg.osc import plugin
+
 COLUMNS = ('id', 'host', 'binary', 'hostname', 'version', 'state',
            'last_seen_at')
 HEADINGS = ('ID', 'Host', 'Binary', 'Hostname', 'Version', 'State',
@@ -29,7 +31,7 @@ class ListService(command.Lister):
 
     def take_action(self, parsed_args: argparse.Namespace
                     ) -> tuple[tuple[str, ...], Iterable[Any]]:
-        found = self.app.client_manager.accelerator_ops.services(
+        found = plugin.client_of(self.app).services(
             binary=parsed_args.binary, host=parsed_args.host,
             limit=parsed_args.limit, marker=parsed_args.marker)
         return HEADINGS, [tuple(s[c] for c in COLUMNS) for s in found]

@@ -5,7 +5,7 @@ from cyborg.policies.base import rule
 
 P = 'cyborg:arq:%s'
 
-rules = [
+rules: list[policy.RuleDefault] = [
     rule(P % 'get_all', 'rule:project_reader_or_service',
          'List the accelerator requests of the caller\'s project '
          '(administrators and services see every project).',

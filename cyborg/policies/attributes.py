@@ -5,7 +5,7 @@ from cyborg.policies.base import rule
 
 P = 'cyborg:attribute:%s'
 
-rules = [
+rules: list[policy.RuleDefault] = [
     rule(P % 'get_all', 'rule:project_manager_or_admin',
          'List attributes.', [('GET', '/v2/attributes')]),
     rule(P % 'get_one', 'rule:project_manager_or_admin',

@@ -7,7 +7,7 @@ PROJECT_MEMBER = 'role:member and project_id:%(project_id)s'
 PROJECT_READER = 'role:reader and project_id:%(project_id)s'
 PROJECT_MANAGER = 'role:manager and project_id:%(project_id)s'
 
-rules = [
+rules: list[policy.RuleDefault] = [
     policy.RuleDefault('admin_api', ADMIN,
                        description='An administrator of the cloud.'),
     policy.RuleDefault('service_api', SERVICE,

@@ -5,7 +5,7 @@ from cyborg.policies.base import rule
 
 P = 'cyborg:deployable:%s'
 
-rules = [
+rules: list[policy.RuleDefault] = [
     rule(P % 'get_all', 'rule:project_manager_or_admin',
          'List deployables (and the accelerators of the v1 API).',
          [('GET', '/v2/deployables'), ('GET', '/v1/accelerators')]),

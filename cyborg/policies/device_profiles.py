@@ -5,7 +5,7 @@ from cyborg.policies.base import rule
 
 P = 'cyborg:device_profile:%s'
 
-rules = [
+rules: list[policy.RuleDefault] = [
     rule(P % 'get_all', 'rule:project_reader_or_service',
          'List device profiles.', [('GET', '/v2/device_profiles')]),
     rule(P % 'get_one', 'rule:project_reader_or_service',

@@ -5,7 +5,7 @@ from cyborg.policies.base import rule
 
 P = 'cyborg:device:%s'
 
-rules = [
+rules: list[policy.RuleDefault] = [
     rule(P % 'get_all', 'rule:project_manager_or_admin', 'List devices.',
          [('GET', '/v2/devices')]),
     rule(P % 'get_one', 'rule:project_manager_or_admin', 'Show a device.',

@@ -5,7 +5,7 @@ from cyborg.policies.base import rule
 
 P = 'cyborg:host:%s'
 
-rules = [
+rules: list[policy.RuleDefault] = [
     rule(P % 'discover', 'rule:admin_api',
          'Make the agent of a host discover its devices and report now '
          '(microversion 2.5).', [('POST', '/v2/hosts/{host}/discover')]),

@@ -23,6 +23,7 @@ from cyborg.common import exception
 from cyborg.db import models
 from cyborg.db.api import attach_handles
 from cyborg.db.api import deployables
+from cyborg.db.api import query
 from cyborg.db.api import reader
 from cyborg.db.api import retry_on_deadlock
 from cyborg.db.api import writer
@@ -41,9 +42,8 @@ UNBINDABLE = ('Initial', 'BindStarted', 'Bound', 'BindFailed',
 
 def _transition(session: sa.orm.Session, uuid: str, sources: tuple[str, ...],
                 action: str, values: dict[str, Any]) -> None:
-    done = session.execute(
-        sa.update(ARQ).where(ARQ.uuid == uuid, ARQ.state.in_(sources))
-        .values(**values)).rowcount
+    done = query.changed(session, sa.update(ARQ).where(
+        ARQ.uuid == uuid, ARQ.state.in_(sources)).values(**values))
     if not done:
         state = session.scalar(sa.select(ARQ.state).where(ARQ.uuid == uuid))
         raise exception.ARQBadState(uuid=uuid, state=state, action=action,
@@ -87,6 +87,7 @@ def _claim(session: sa.orm.Session, instance_uuid: str) -> bool:
     dialect = session.get_bind().dialect.name
     values = {'instance_uuid': instance_uuid,
               'created_at': timeutils.utcnow()}
+    insert: sa.Insert
     if dialect == 'postgresql':
         insert = postgresql.insert(Claim).values(**values) \
             .on_conflict_do_nothing(index_elements=['instance_uuid'])
@@ -95,7 +96,7 @@ def _claim(session: sa.orm.Session, instance_uuid: str) -> bool:
             .on_conflict_do_nothing(index_elements=['instance_uuid'])
     else:
         insert = sa.insert(Claim).values(**values).prefix_with('IGNORE')
-    return bool(session.execute(insert).rowcount)
+    return bool(query.changed(session, insert))
 
 
 def _drop_claims(session: sa.orm.Session, instances: set[str | None]
@@ -203,20 +204,26 @@ def _bind(session: sa.orm.Session, uuid: str, binding: dict[str, Any],
     program = waits = False
     handle = None
     if reason is None:
+        # Every check above gives a reason when no deployable was found.
+        assert deployable is not None
         program, waits, reason = _programming_role(
             session, deployable.id, bitstream, programming)
-    if reason is None:
-        handle = attach_handles.take(session, deployable.id)
-        if handle is None:
-            reason = 'the deployable has no free attach handle'
-    if reason is None and program and deployable.id not in programming:
-        deployables.start_programming(session, deployable.id, bitstream)
-        programming[deployable.id] = bitstream
+        if reason is None:
+            handle = attach_handles.take(session, deployable.id)
+            if handle is None:
+                reason = 'the deployable has no free attach handle'
+        if reason is None and program and deployable.id not in programming:
+            # A bind programs a deployable no other bind of the batch
+            # does only when it has a bitstream to load.
+            assert bitstream is not None
+            deployables.start_programming(session, deployable.id, bitstream)
+            programming[deployable.id] = bitstream
     if reason is not None:
         LOG.info('Accelerator request %s cannot bind to provider %s: %s.',
                  uuid, binding['device_rp_uuid'], reason)
         values['state'] = 'BindFailed'
     else:
+        assert deployable is not None and handle is not None
         values.update(attach_handle_id=handle.id,
                       deployable_id=deployable.id)
         if (program or waits
@@ -363,7 +370,7 @@ def delete(context: cyborg_context.RequestContext,
     to the instance (one project's, see ``ConductorManager.arq_delete``).
     """
     session = context.session
-    where = []
+    where: list[sa.ColumnElement[bool]] = []
     if uuids is not None:
         where.append(ARQ.uuid.in_(uuids))
     if instance_uuid is not None:

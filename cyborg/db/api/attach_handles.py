@@ -14,6 +14,7 @@ from oslo_utils import timeutils
 
 from cyborg import context as cyborg_context
 from cyborg.db import models
+from cyborg.db.api import query
 from cyborg.db.api import reader
 from cyborg.db.api import retry_on_deadlock
 from cyborg.db.api import writer
@@ -90,9 +91,8 @@ def take(session: sa.orm.Session, deployable_id: int
             candidate = session.execute(free.with_for_update()).first()
         if candidate is None:
             return None
-        taken = session.execute(
-            sa.update(AH).where(AH.id == candidate.id, AH.in_use.is_(False))
-            .values(in_use=True)).rowcount
+        taken = query.changed(session, sa.update(AH).where(
+            AH.id == candidate.id, AH.in_use.is_(False)).values(in_use=True))
         if taken:
             _note_taken(session, deployable_id, candidate.id)
             return candidate
@@ -152,10 +152,9 @@ def free_released(context: cyborg_context.RequestContext,
     is left alone."""
     if not handle_ids:
         return 0
-    return context.session.execute(
-        sa.update(AH).where(AH.id.in_(handle_ids),
-                            AH.released_at.is_not(None))
-        .values(in_use=False, released_at=None)).rowcount
+    return query.changed(context.session, sa.update(AH).where(
+        AH.id.in_(handle_ids), AH.released_at.is_not(None))
+        .values(in_use=False, released_at=None))
 
 
 @reader

@@ -86,7 +86,7 @@ def create(context: cyborg_context.RequestContext,
 
 @writer
 def delete(context: cyborg_context.RequestContext, uuid: str) -> None:
-    deleted = context.session.execute(
-        sa.delete(Attribute).where(Attribute.uuid == uuid)).rowcount
+    deleted = query.changed(context.session, sa.delete(Attribute).where(
+        Attribute.uuid == uuid))
     if not deleted:
         raise exception.ResourceNotFound(resource='Attribute', id=uuid)

@@ -125,11 +125,11 @@ def start_programming(session: sa.orm.Session, deployable_id: int,
     """Mark the deployable being programmed with ``bitstream_id``, if no
     other device-side work is under way; whether it was marked. The caller
     holds the row's exclusive lock and has checked ``holders``."""
-    return bool(session.execute(
-        sa.update(Deployable)
+    return bool(query.changed(
+        session, sa.update(Deployable)
         .where(Deployable.id == deployable_id, Deployable.action.is_(None))
         .values(action=PROGRAMMING, action_bitstream_id=bitstream_id,
-                action_since=timeutils.utcnow())).rowcount)
+                action_since=timeutils.utcnow())))
 
 
 def end_programming(session: sa.orm.Session, deployable_id: int,
@@ -144,12 +144,12 @@ def end_programming(session: sa.orm.Session, deployable_id: int,
                               'action_since': None}
     if loaded is not None:
         values['bitstream_id'] = bitstream_id if loaded else None
-    return bool(session.execute(
-        sa.update(Deployable)
+    return bool(query.changed(
+        session, sa.update(Deployable)
         .where(Deployable.id == deployable_id,
                Deployable.action == PROGRAMMING,
                Deployable.action_bitstream_id == bitstream_id)
-        .values(**values)).rowcount)
+        .values(**values)))
 
 
 @writer

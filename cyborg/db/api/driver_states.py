@@ -14,6 +14,7 @@ from oslo_utils import timeutils
 
 from cyborg import context as cyborg_context
 from cyborg.db import models
+from cyborg.db.api import query
 from cyborg.db.api import writer
 
 LOG = logging.getLogger(__name__)
@@ -58,20 +59,18 @@ def apply(context: cyborg_context.RequestContext, host: str,
             LOG.debug('Host %s: driver %s still fails, now with: %s', host,
                       name, error)
         # Conditional on what was read, as every state change.
-        writes += session.execute(
-            sa.update(DriverState)
+        writes += query.changed(
+            session, sa.update(DriverState)
             .where(DriverState.id == row.id, DriverState.state == row.state)
-            .values(**values)).rowcount
+            .values(**values))
     if inserts:
         session.execute(sa.insert(DriverState), inserts)
         writes += len(inserts)
     if rows:
         LOG.info('Host %s: no longer reports driver(s) %s.', host,
                  ', '.join(sorted(rows)))
-        writes += session.execute(
-            sa.delete(DriverState).where(
-                DriverState.id.in_([row.id for row in rows.values()]))
-        ).rowcount
+        writes += query.changed(session, sa.delete(DriverState).where(
+            DriverState.id.in_([row.id for row in rows.values()])))
     return writes
 
 

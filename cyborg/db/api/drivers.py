@@ -77,9 +77,8 @@ def get_all(context: cyborg_context.RequestContext, host: str | None = None,
             for row in context.session.execute(select)]
 
 
-def _filters(host_column: sa.ColumnElement, name_column: sa.ColumnElement,
-             host: str | None, driver_name: str | None
-             ) -> list[sa.ColumnElement]:
+def _filters(host_column: Any, name_column: Any, host: str | None,
+             driver_name: str | None) -> list[sa.ColumnElement[bool]]:
     return [column == value for column, value in (
         (host_column, host), (name_column, driver_name))
         if value is not None]

@@ -99,7 +99,7 @@ def _cpid_key(cpid_type: str, cpid_info: str | dict[str, str]) -> str:
     return canonical_json({'cpid_type': cpid_type, 'cpid_info': cpid_info})
 
 
-def _columns(model: type[models.Base]) -> list[sa.Column]:
+def _columns(model: type[models.Base]) -> list[sa.ColumnElement[Any]]:
     return list(model.__table__.columns)
 
 
@@ -150,7 +150,7 @@ def _load_host(session: sa.orm.Session, host: str) -> _HostRows:
                 busy_deployables.add(handle.deployable_id)
     arq = models.AcceleratorRequest
     for handle_id, deployable_id in session.execute(
-            sa.select(arq.attach_handle_id, arq.deployable_id)
+            sa.select(arq.attach_handle_id, models.Deployable.id)
             .join(models.Deployable,
                   models.Deployable.id == arq.deployable_id)
             .join(models.Device).where(on_host)):
@@ -215,10 +215,12 @@ class _Writer:
             return []
         ids: dict[str, int] = {}
         uuids = [row['uuid'] for row in rows]
+        # Every table written here has a uuid column; Base does not.
+        uuid_column = model.__table__.c.uuid
         for start in range(0, len(uuids), _IN_BATCH):
             ids.update(self.session.execute(
-                sa.select(model.uuid, model.id).where(
-                    model.uuid.in_(uuids[start:start + _IN_BATCH]))).all())
+                sa.select(uuid_column, model.id).where(
+                    uuid_column.in_(uuids[start:start + _IN_BATCH]))).all())
         return [ids[u] for u in uuids]
 
 

@@ -1,6 +1,7 @@
 """Query helpers shared by the read modules: pagination by marker, and
 what a column can hold."""
 from typing import Any
+from typing import cast
 
 import sqlalchemy as sa
 
@@ -15,6 +16,16 @@ TEXT_BYTES = 65535
 # are subclasses of Integer, so they are looked for first.
 _INTEGER_BITS = ((sa.BigInteger, 64), (sa.SmallInteger, 16),
                  (sa.Integer, 32))
+
+
+def changed(session: Any, statement: sa.Executable) -> int:
+    """Execute an UPDATE, INSERT or DELETE; how many rows it changed.
+
+    Every state change is such a statement, conditional on what was read,
+    and this count is how the caller learns whether it won.
+    """
+    result = cast(sa.CursorResult[Any], session.execute(statement))
+    return result.rowcount
 
 
 def max_chars(column: Any) -> int | None:

@@ -22,8 +22,8 @@ def heartbeat(context: cyborg_context.RequestContext, host: str,
     now = timeutils.utcnow()
     values = {'last_seen_at': now, 'version': version, 'hostname': hostname}
     where = (models.Service.host == host) & (models.Service.binary == binary)
-    updated = context.session.execute(
-        sa.update(models.Service).where(where).values(**values)).rowcount
+    updated = query.changed(context.session, sa.update(models.Service)
+                            .where(where).values(**values))
     if updated:
         return
     try:
