@@ -38,7 +38,11 @@ def _do_upgrade() -> None:
 
 
 def _do_stamp() -> None:
-    migration.stamp(_revision_given())
+    revision = _revision_given()
+    if not revision:
+        # argparse requires one, but takes an empty --revision "".
+        sys.exit('cyborg-dbsync stamp: name the revision to record.')
+    migration.stamp(revision)
 
 
 def _do_version() -> None:

@@ -44,7 +44,7 @@ def _tune_engine(engine: sa.engine.Engine) -> None:
     """
     if engine.dialect.name == 'mysql':
         @sa.event.listens_for(engine, 'connect')
-        def _read_committed(dbapi_connection, record):
+        def _read_committed(dbapi_connection: Any, record: Any) -> None:
             cursor = dbapi_connection.cursor()
             try:
                 cursor.execute(
@@ -70,11 +70,11 @@ def _serialize_sqlite_writers(engine: sa.engine.Engine) -> None:
         return
 
     @sa.event.listens_for(engine, 'connect')
-    def _no_implicit_begin(dbapi_connection, record):
+    def _no_implicit_begin(dbapi_connection: Any, record: Any) -> None:
         dbapi_connection.isolation_level = None
 
     @sa.event.listens_for(engine, 'begin')
-    def _begin_immediate(connection):
+    def _begin_immediate(connection: Any) -> None:
         # Connections opened before these listeners (oslo.db checks the
         # database when it creates the engine) still begin implicitly.
         connection.connection.dbapi_connection.isolation_level = None
