@@ -2,15 +2,18 @@
 from typing import Any
 
 from oslo_context import context as oslo_context
-from oslo_db.sqlalchemy import enginefacade
 
 
-@enginefacade.transaction_context_provider
 class RequestContext(oslo_context.RequestContext):
-    """A security context that also carries the current DB transaction."""
+    """A security context that also carries the current DB transaction.
 
-    # Set by oslo.db's reader/writer for the length of a transaction
-    # (cyborg.db.api): the SQLAlchemy session.
+    ``cyborg.db.api`` makes the class carry oslo.db's transaction when it
+    is imported, so the processes that never touch the database (agents,
+    nova-compute through os_acc) do not load SQLAlchemy for it.
+    """
+
+    # Set by oslo.db's reader/writer for the length of a transaction: the
+    # SQLAlchemy session.
     session: Any
 
     def to_dict(self) -> dict[str, Any]:

@@ -35,6 +35,9 @@ _T = TypeVar('_T')
 ADDRESS_RE = re.compile(
     r'^(?P<domain>[0-9a-f]{4,8}):(?P<bus>[0-9a-f]{2}):'
     r'(?P<device>[0-1][0-9a-f])\.(?P<function>[0-7])$')
+# Class code prefix of "Processing accelerators" (base class 0x12,
+# subclass 00): FPGA cards and NPUs.
+PROCESSING_ACCELERATOR = '0x1200'
 _HEX_RE = re.compile(r'^(?:0x)?([0-9a-f]+)$')
 _VIRTFN_RE = re.compile(r'^virtfn(\d+)$')
 

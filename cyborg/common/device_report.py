@@ -12,7 +12,16 @@ from typing import Any
 import jsonschema
 
 from cyborg.common import exception
-from cyborg.db import models
+
+# The values a report may hold. The database stores exactly these (the
+# enum columns of cyborg.db.models are made of them), and agents and
+# nova-compute load this module but never the DB layer.
+DEVICE_TYPES = ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD', 'PCI')
+DEVICE_STATUSES = ('enabled', 'maintaining')
+ATTACH_TYPES = ('PCI', 'MDEV', 'TEST_PCI')
+CPID_TYPES = ('PCI',)
+# How an enabled driver of an agent fared in its last discovery pass.
+DRIVER_STATES = ('ok', 'no devices', 'failed')
 
 
 def canonical_json(value: Any) -> str:
@@ -92,7 +101,7 @@ REPORT_SCHEMA: dict[str, Any] = {
         'hostname': _NAME,
         # The status of devices the conductor stores for the first time
         # ([agent] new_device_state); absent means 'enabled'.
-        'new_device_status': {'enum': list(models.DEVICE_STATUSES)},
+        'new_device_status': {'enum': list(DEVICE_STATUSES)},
         # The state of every enabled driver in this discovery pass, by
         # driver name (conductor RPC 1.5; absent from older agents and
         # from reports to older conductors). ``error`` comes with
@@ -105,7 +114,7 @@ REPORT_SCHEMA: dict[str, Any] = {
                 'additionalProperties': False,
                 'required': ['state'],
                 'properties': {
-                    'state': {'enum': list(models.DRIVER_STATES)},
+                    'state': {'enum': list(DRIVER_STATES)},
                     'error': {'type': 'string',
                               'maxLength': MAX_ERROR_LENGTH},
                 },
@@ -122,7 +131,7 @@ REPORT_SCHEMA: dict[str, Any] = {
                 'required': ['type', 'vendor', 'model', 'controlpath_id',
                              'deployables'],
                 'properties': {
-                    'type': {'enum': list(models.DEVICE_TYPES)},
+                    'type': {'enum': list(DEVICE_TYPES)},
                     'vendor': _NAME,
                     'model': _NAME,
                     'std_board_info': {'type': 'object'},
@@ -132,7 +141,7 @@ REPORT_SCHEMA: dict[str, Any] = {
                         'additionalProperties': False,
                         'required': ['cpid_type', 'cpid_info'],
                         'properties': {
-                            'cpid_type': {'enum': list(models.CPID_TYPES)},
+                            'cpid_type': {'enum': list(CPID_TYPES)},
                             'cpid_info': dict(_STRING_MAP, minProperties=1),
                         },
                     },
@@ -159,7 +168,7 @@ REPORT_SCHEMA: dict[str, Any] = {
                                                      'attach_info'],
                                         'properties': {
                                             'attach_type': {'enum': list(
-                                                models.ATTACH_TYPES)},
+                                                ATTACH_TYPES)},
                                             'attach_info': _STRING_MAP,
                                         },
                                     },

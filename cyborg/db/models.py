@@ -9,13 +9,15 @@ import sqlalchemy as sa
 from oslo_utils import timeutils
 from sqlalchemy import orm
 
+from cyborg.common.device_report import ATTACH_TYPES
+from cyborg.common.device_report import CPID_TYPES
+from cyborg.common.device_report import DEVICE_STATUSES
+from cyborg.common.device_report import DEVICE_TYPES
+from cyborg.common.device_report import DRIVER_STATES
+
 # States of an accelerator request; every one of them is reachable.
 ARQ_STATES = ('Initial', 'BindStarted', 'Bound', 'Unbound', 'BindFailed',
               'UnbindFailed', 'Deleting')
-DEVICE_TYPES = ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD', 'PCI')
-DEVICE_STATUSES = ('enabled', 'maintaining')
-ATTACH_TYPES = ('PCI', 'MDEV', 'TEST_PCI')
-CPID_TYPES = ('PCI',)
 SERVICE_BINARIES = ('cyborg-conductor', 'cyborg-agent')
 
 NAMING_CONVENTION = {
@@ -269,10 +271,6 @@ class ProviderRemoval(Base):
 
     rp_uuid: orm.Mapped[str] = orm.mapped_column(sa.String(36), unique=True)
     hostname: orm.Mapped[str] = orm.mapped_column(sa.String(255))
-
-
-# How an enabled driver of an agent fared in its last discovery pass.
-DRIVER_STATES = ('ok', 'no devices', 'failed')
 
 
 class DriverState(Base):

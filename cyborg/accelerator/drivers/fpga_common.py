@@ -10,8 +10,8 @@ from oslo_config import cfg
 
 from cyborg.accelerator import pci
 from cyborg.accelerator.drivers import privileged
-from cyborg.accelerator.drivers.base import AcceleratorDriver
 from cyborg.accelerator.drivers.base import trait_part
+from cyborg.accelerator.drivers.pci_driver import PciDriver
 from cyborg.common import exception
 from cyborg.common.device_report import DriverDevice
 from cyborg.common.device_report import canonical_json
@@ -20,8 +20,6 @@ LOG = logging.getLogger(__name__)
 
 # The resource class of every FPGA deployable.
 RESOURCE_CLASS = 'FPGA'
-# Class code of "Processing accelerators" (base class 0x12, subclass 00).
-PROCESSING_ACCELERATOR = '0x1200'
 PLACEHOLDERS = ('address', 'domain', 'bus', 'device', 'function', 'image')
 _PCI_KEYS = ('domain', 'bus', 'device', 'function')
 
@@ -77,19 +75,14 @@ class ProgramCommand:
         return [self.path, *(arg.format(**values) for arg in self.template)]
 
 
-class FpgaDriver(AcceleratorDriver):
+class FpgaDriver(PciDriver):
     """An FPGA driver whose devices are identified, and programmed, through
     the PCI function of their control path.
 
-    Subclasses implement ``discover``; those that can program set
-    ``program_command`` in their constructor.
+    Those that can program set ``program_command`` in their constructor.
     """
 
     program_command: ProgramCommand | None = None
-
-    def __init__(self, conf: cfg.ConfigOpts) -> None:
-        super().__init__(conf)
-        self.bus = pci.PciBus(conf.agent.sysfs_root)
 
     def program(self, controlpath_id: dict[str, str], deployable_name: str,
                 image_path: str, bitstream: dict[str, Any]) -> None:

@@ -6,22 +6,17 @@ its host driver serves the VFs (which a spec may select in its place).
 """
 import dataclasses
 import json
-import logging
 import re
 
 from oslo_config import cfg
 
 from cyborg.accelerator import pci
-from cyborg.accelerator.drivers import pci_report
-from cyborg.accelerator.drivers.base import AcceleratorDriver
 from cyborg.accelerator.drivers.base import trait_part
+from cyborg.accelerator.drivers.pci_driver import Functions
+from cyborg.accelerator.drivers.pci_driver import PciDriver
+from cyborg.common import device_report
 from cyborg.common import exception
-from cyborg.common.device_report import DriverAttachHandle
-from cyborg.common.device_report import DriverDeployable
 from cyborg.common.device_report import DriverDevice
-from cyborg.db import models
-
-LOG = logging.getLogger(__name__)
 
 OPTION = '[generic_pci] device_specs'
 CUSTOM_RE = re.compile(r'^CUSTOM_[A-Z0-9_]+$')
@@ -115,9 +110,9 @@ def parse_spec(text: str) -> DeviceSpec:
         raise ValueError(f'{" and ".join(_FLAGS)} exclude each other')
 
     device_type = raw.get('type', DEFAULT_TYPE)
-    if device_type not in models.DEVICE_TYPES:
+    if device_type not in device_report.DEVICE_TYPES:
         raise ValueError(f'type {device_type!r} is not one of '
-                         f'{", ".join(models.DEVICE_TYPES)}')
+                         f'{", ".join(device_report.DEVICE_TYPES)}')
     resource_class = raw.get(
         'resource_class',
         _DEFAULT_RESOURCE_CLASSES.get(device_type, f'CUSTOM_{device_type}'))
@@ -161,50 +156,30 @@ def product_trait(function: pci.PciFunction) -> str:
             f'{trait_part(function.device_id[2:])}')
 
 
-class GenericPciDriver(AcceleratorDriver):
+class GenericPciDriver(PciDriver):
     """Reports each PCI function matching a ``[generic_pci] device_specs``
     entry as one device with one single-accelerator deployable, whose
     attach handle passes the whole function through."""
 
     driver_name = 'generic_pci'
+    noun = 'matching function'
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         super().__init__(conf)
         self.specs = parse_specs(conf.generic_pci.device_specs)
-        self.bus = pci.PciBus(conf.agent.sysfs_root)
-        self._warn = pci_report.WarnOnce(LOG)
         if not self.specs:
-            LOG.warning('The generic_pci driver is enabled but %s is empty; '
-                        'it reports no device.', OPTION)
+            self.log.warning('The generic_pci driver is enabled but %s is '
+                             'empty; it reports no device.', OPTION)
 
-    def discover(self) -> list[DriverDevice]:
-        devices = []
-        for function in self.bus.functions():
-            spec = next((s for s in self.specs if s.matches(function)), None)
-            if spec is not None and pci_report.passable(
-                    function, self._warn, 'set its sriov_numvfs to 0 to '
-                    f'hand it out, or select its VFs in {OPTION}'):
-                devices.append(self._device(function, spec))
-        LOG.debug('generic_pci found %d matching function(s).', len(devices))
-        return devices
+    def matches(self, function: pci.PciFunction) -> bool:
+        return any(spec.matches(function) for spec in self.specs)
 
-    def _device(self, function: pci.PciFunction, spec: DeviceSpec
-                ) -> DriverDevice:
-        traits = dict.fromkeys(
-            ['OWNER_CYBORG', product_trait(function), *spec.traits])
-        attributes = {'rc': spec.resource_class}
-        attributes.update(
-            (f'trait{n}', trait) for n, trait in enumerate(traits))
-        board = pci_report.board_info(function)
-        deployable = DriverDeployable(
-            name=function.deployable_name(self.hostname),
-            num_accelerators=1,
-            driver_name=self.driver_name,
-            attributes=attributes,
-            attach_handles=[DriverAttachHandle(
-                attach_type='PCI', attach_info=function.attach_info())])
-        return DriverDevice(
-            type=spec.type, vendor=function.vendor_id,
-            model=function.device_id,
-            controlpath_id=function.attach_info(),
-            std_board_info=board, deployables=[deployable])
+    def device(self, function: pci.PciFunction, functions: Functions
+               ) -> DriverDevice | None:
+        # The first spec selecting the function says how to report it.
+        spec = next(s for s in self.specs if s.matches(function))
+        return self.whole_device(
+            spec.type, function, spec.resource_class,
+            ['OWNER_CYBORG', product_trait(function), *spec.traits],
+            remedy='set its sriov_numvfs to 0 to hand it out, or select '
+                   f'its VFs in {OPTION}')

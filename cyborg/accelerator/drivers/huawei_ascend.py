@@ -10,21 +10,11 @@ code) are not NPUs and are left alone: only known Ascend device ids match.
 A function with SR-IOV virtual functions enabled is not reported (its VFs
 are, each on its own).
 """
-import logging
-
-from oslo_config import cfg
-
 from cyborg.accelerator import pci
-from cyborg.accelerator.drivers import pci_report
-from cyborg.accelerator.drivers.base import AcceleratorDriver
+from cyborg.accelerator.drivers.pci_driver import Functions
+from cyborg.accelerator.drivers.pci_driver import PciDriver
 from cyborg.common.device_report import DriverDevice
 
-LOG = logging.getLogger(__name__)
-_warn = pci_report.WarnOnce(LOG)
-
-VENDOR_ID = '0x19e5'
-# Processing accelerators.
-ACCELERATOR_CLASS = '0x1200'
 RESOURCE_CLASS = 'CUSTOM_NPU'
 MODELS = {
     '0xd100': '310',
@@ -34,28 +24,19 @@ MODELS = {
 }
 
 
-class HuaweiAscendDriver(AcceleratorDriver):
+class HuaweiAscendDriver(PciDriver):
     """Reports every Ascend 310, 310P, 910 and 910B function."""
 
     driver_name = 'huawei_ascend'
+    vendor_id = '0x19e5'
+    device_ids = MODELS
+    class_prefixes = (pci.PROCESSING_ACCELERATOR,)
+    noun = 'NPU'
 
-    def __init__(self, conf: cfg.ConfigOpts) -> None:
-        super().__init__(conf)
-        self.bus = pci.PciBus(conf.agent.sysfs_root)
-
-    def discover(self) -> list[DriverDevice]:
-        devices = []
-        for function in self.bus.functions():
-            model = MODELS.get(function.device_id)
-            if (model is None or function.vendor_id != VENDOR_ID
-                    or not function.matches_class(ACCELERATOR_CLASS)
-                    or not pci_report.passable(function, _warn)):
-                continue
-            traits = ['OWNER_CYBORG', f'CUSTOM_NPU_HUAWEI_ASCEND_{model}']
-            deployable = pci_report.deployable(
-                function, self.hostname, self.driver_name, RESOURCE_CLASS,
-                traits)
-            devices.append(pci_report.device(
-                'AICHIP', function, [deployable], product=f'Ascend {model}'))
-        LOG.debug('huawei_ascend found %d NPU(s).', len(devices))
-        return devices
+    def device(self, function: pci.PciFunction, functions: Functions
+               ) -> DriverDevice | None:
+        model = MODELS[function.device_id]
+        return self.whole_device(
+            'AICHIP', function, RESOURCE_CLASS,
+            ['OWNER_CYBORG', f'CUSTOM_NPU_HUAWEI_ASCEND_{model}'],
+            product=f'Ascend {model}')

@@ -19,7 +19,6 @@ programmed with OPAE's ``fpgaconf`` (``[fpga] fpgaconf_path`` and
 """
 import dataclasses
 import glob
-import logging
 import os
 import re
 
@@ -30,12 +29,9 @@ from cyborg.accelerator.drivers import fpga_common
 from cyborg.accelerator.drivers import pci_report
 from cyborg.accelerator.drivers.base import function_trait
 from cyborg.accelerator.drivers.base import trait_part
+from cyborg.accelerator.drivers.pci_driver import Functions
 from cyborg.common.device_report import DriverDevice
 
-LOG = logging.getLogger(__name__)
-_warn = pci_report.WarnOnce(LOG)
-
-VENDOR_ID = '0x8086'
 # PF device id -> the product's trait suffix. 0xbcce is the id every Open
 # FPGA Stack card shares; its subsystem device id names the card.
 PRODUCTS = {
@@ -62,11 +58,9 @@ class _FpgaIds:
     afu_ids: list[str] = dataclasses.field(default_factory=list)
 
 
-def product_of(function: pci.PciFunction) -> str | None:
-    """The product trait suffix of a PF this driver reports, else None."""
-    if function.vendor_id != VENDOR_ID or function.is_vf:
-        return None
-    product = PRODUCTS.get(function.device_id)
+def product_of(function: pci.PciFunction) -> str:
+    """The product trait suffix of a PF this driver reports."""
+    product = PRODUCTS[function.device_id]
     if product == 'OFS':
         return OFS_PRODUCTS.get(function.subsystem_device_id or '', product)
     return product
@@ -77,62 +71,45 @@ class IntelFpgaDriver(fpga_common.FpgaDriver):
     PCI attach handles, programmed with fpgaconf."""
 
     driver_name = 'intel_fpga'
+    vendor_id = '0x8086'
+    device_ids = PRODUCTS
+    physical_only = True
+    noun = 'card'
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         super().__init__(conf)
         self.program_command = fpga_common.ProgramCommand(
             conf, 'fpgaconf_path', 'fpgaconf_args')
 
-    def discover(self) -> list[DriverDevice]:
-        functions = self.bus.functions()
-        by_address = {f.address: f for f in functions}
+    def devices(self, matching: list[pci.PciFunction], functions: Functions
+                ) -> list[DriverDevice | None]:
         ids = self._fpga_ids()
-        devices = []
-        for function in functions:
-            product = product_of(function)
-            if product is None:
-                continue
-            device = self._device(function, product, by_address,
-                                  ids.get(function.address, _FpgaIds()))
-            if device is not None:
-                devices.append(device)
-        LOG.debug('intel_fpga found %d card(s).', len(devices))
-        return devices
+        return [self._card(pf, functions, ids.get(pf.address, _FpgaIds()))
+                for pf in matching]
 
-    def _device(self, pf: pci.PciFunction, product: str,
-                by_address: dict[str, pci.PciFunction], ids: _FpgaIds
-                ) -> DriverDevice | None:
-        vfs = []
-        for address in pf.virtfns:
-            vf = by_address.get(address)
-            if vf is None:
-                # The PCI layer has said why it could not read the VF.
-                _warn('Intel FPGA %s: skipping VF %s, which cannot be read',
-                      pf.address, address)
-                continue
-            vfs.append(vf)
-        if not vfs and pf.vfs_enabled:
-            # The PF serves its VFs: it is not lent out in their place.
-            _warn('Skipping Intel FPGA %s: its VFs are enabled but none '
-                  'can be read', pf.address)
+    def _card(self, pf: pci.PciFunction, functions: Functions,
+              ids: _FpgaIds) -> DriverDevice | None:
+        lent = self.lent_functions(pf, functions, f'Intel FPGA {pf.address}')
+        if not lent:
             return None
+        product = product_of(pf)
         traits = ['OWNER_CYBORG', 'CUSTOM_FPGA_INTEL',
                   f'CUSTOM_FPGA_INTEL_{product}']
         traits += [f'CUSTOM_FPGA_REGION_INTEL_{trait_part(i)}'
                    for i in ids.interface_ids]
         traits += [function_trait('INTEL', a) for a in ids.afu_ids]
         # Named after the PF, whichever functions it lends out.
-        deployable = pci_report.deployable(
-            pf, self.hostname, self.driver_name, fpga_common.RESOURCE_CLASS,
-            traits, [pci_report.pci_handle(f) for f in vfs or [pf]])
-        device = pci_report.device('FPGA', pf, [deployable], product=product,
-                                   virtual_functions=len(vfs))
+        deployable = self.deployable(
+            pf, fpga_common.RESOURCE_CLASS, traits,
+            [pci_report.pci_handle(f) for f in lent])
+        device = pci_report.device(
+            'FPGA', pf, [deployable], product=product,
+            virtual_functions=sum(f.is_vf for f in lent))
         if ids.interface_ids:
             device.vendor_board_info['interface_ids'] = ids.interface_ids
         if ids.afu_ids:
             device.vendor_board_info['afu_ids'] = ids.afu_ids
         return device
-
     def _fpga_ids(self) -> dict[str, _FpgaIds]:
         """Interface and AFU ids per PF address, from both driver stacks.
         """
@@ -163,8 +140,8 @@ class IntelFpgaDriver(fpga_common.FpgaDriver):
             return
         normal = value.lower().replace('-', '')
         if not _ID_RE.match(normal):
-            _warn('Intel FPGA %s: ignoring %s: %r is not a 128-bit hex id',
-                  address, path, value)
+            self.warn('Intel FPGA %s: ignoring %s: %r is not a 128-bit hex '
+                      'id', address, path, value)
             return
         if normal not in ids:
             ids.append(normal)

@@ -8,7 +8,6 @@ given physical network. Attach handles carry the port's
 physical network (``[nic_devices] physical_device_mappings``), which Nova
 needs for ports backed by an accelerator request.
 """
-import logging
 import os
 import re
 
@@ -16,15 +15,12 @@ from oslo_config import cfg
 
 from cyborg.accelerator import pci
 from cyborg.accelerator.drivers import pci_report
-from cyborg.accelerator.drivers.base import AcceleratorDriver
 from cyborg.accelerator.drivers.base import trait_part
+from cyborg.accelerator.drivers.pci_driver import Functions
+from cyborg.accelerator.drivers.pci_driver import PciDriver
 from cyborg.common import exception
-from cyborg.common.device_report import DriverDeployable
 from cyborg.common.device_report import DriverDevice
 
-LOG = logging.getLogger(__name__)
-
-VENDOR_ID = '0x8086'
 RESOURCE_CLASS = 'CUSTOM_NIC'
 # Physical functions by device id; their VFs (0x154c on the 700 series,
 # 0x1889 "adaptive" VFs on both) are found through the PF's virtfn links.
@@ -68,10 +64,14 @@ def parse_mappings(option: str, values: list[str], name_re: re.Pattern[str],
     return by_interface
 
 
-class IntelNicDriver(AcceleratorDriver):
+class IntelNicDriver(PciDriver):
     """Reports Intel X710, XL710, XXV710 and E810 ports and their VFs."""
 
     driver_name = 'intel_nic'
+    vendor_id = '0x8086'
+    device_ids = PRODUCTS
+    physical_only = True
+    noun = 'port'
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         super().__init__(conf)
@@ -83,17 +83,6 @@ class IntelNicDriver(AcceleratorDriver):
         self.functions = parse_mappings(
             '[nic_devices] function_device_mappings',
             options.function_device_mappings, _FUNCTION_RE, 'function')
-        self.bus = pci.PciBus(conf.agent.sysfs_root)
-        self._warn = pci_report.WarnOnce(LOG)
-
-    def discover(self) -> list[DriverDevice]:
-        by_address = {f.address: f for f in self.bus.functions()}
-        found = [self._device(f, by_address) for f in by_address.values()
-                 if not f.is_vf and f.vendor_id == VENDOR_ID
-                 and f.device_id in PRODUCTS]
-        devices = [d for d in found if d is not None]
-        LOG.debug('intel_nic found %d port(s).', len(devices))
-        return devices
 
     def _interfaces(self, pf: pci.PciFunction) -> list[str]:
         try:
@@ -102,9 +91,8 @@ class IntelNicDriver(AcceleratorDriver):
             # Bound to vfio-pci or to no driver: no network interface.
             return []
 
-    def _device(self, pf: pci.PciFunction,
-                by_address: dict[str, pci.PciFunction]
-                ) -> DriverDevice | None:
+    def device(self, pf: pci.PciFunction, functions: Functions
+               ) -> DriverDevice | None:
         product = PRODUCTS[pf.device_id]
         interfaces = self._interfaces(pf)
         physnet = next((self.physnets[i] for i in interfaces
@@ -112,42 +100,28 @@ class IntelNicDriver(AcceleratorDriver):
         traits = [f'CUSTOM_NIC_INTEL_{product}']
         extra = {}
         if physnet is None:
-            self._warn('Intel %s port %s (interfaces: %s) is not in '
-                       '[nic_devices] physical_device_mappings; its '
-                       'functions are reported without a physical network '
-                       'and cannot back Neutron ports.', product, pf.address,
-                       ', '.join(interfaces) or 'none')
+            self.warn('Intel %s port %s (interfaces: %s) is not in '
+                      '[nic_devices] physical_device_mappings; its '
+                      'functions are reported without a physical network '
+                      'and cannot back Neutron ports.', product, pf.address,
+                      ', '.join(interfaces) or 'none')
         else:
             traits.append(f'CUSTOM_{trait_part(physnet)}')
             extra['physical_network'] = physnet
         traits += sorted({f'CUSTOM_{self.functions[i].upper()}'
                           for i in interfaces if i in self.functions})
-
-        def deployable(function: pci.PciFunction, kind: str
-                       ) -> DriverDeployable:
-            return pci_report.deployable(
-                function, self.hostname, self.driver_name, RESOURCE_CLASS,
-                ['OWNER_CYBORG', kind, *traits],
-                [pci_report.pci_handle(function, **extra)])
-
-        if not pf.vfs_enabled:
-            deployables = [deployable(pf, 'CUSTOM_PF')]
-        else:
-            # The port serves its VFs and is never passed through beside
-            # them.
-            deployables = []
-            for address in pf.virtfns:
-                vf = by_address.get(address)
-                if vf is None:
-                    self._warn('Intel %s port %s: skipping VF %s, whose '
-                               'sysfs entry cannot be read.', product,
-                               pf.address, address)
-                    continue
-                deployables.append(deployable(vf, 'CUSTOM_VF'))
-            if not deployables:
-                self._warn('Skipping Intel %s port %s: its VFs are enabled '
-                           'but none can be read.', product, pf.address)
-                return None
+        # One deployable per function lent out. The port serves its VFs
+        # and is never passed through beside them.
+        deployables = [
+            self.deployable(
+                f, RESOURCE_CLASS,
+                ['OWNER_CYBORG', 'CUSTOM_VF' if f.is_vf else 'CUSTOM_PF',
+                 *traits],
+                [pci_report.pci_handle(f, **extra)])
+            for f in self.lent_functions(
+                pf, functions, f'Intel {product} port {pf.address}')]
+        if not deployables:
+            return None
         board = {'product': product, 'interfaces': interfaces}
         if physnet is not None:
             board['physical_network'] = physnet

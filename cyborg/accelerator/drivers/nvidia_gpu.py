@@ -30,8 +30,9 @@ from oslo_utils import uuidutils
 from cyborg.accelerator import pci
 from cyborg.accelerator.drivers import pci_report
 from cyborg.accelerator.drivers import privileged
-from cyborg.accelerator.drivers.base import AcceleratorDriver
 from cyborg.accelerator.drivers.base import trait_part
+from cyborg.accelerator.drivers.pci_driver import Functions
+from cyborg.accelerator.drivers.pci_driver import PciDriver
 from cyborg.common import exception
 from cyborg.common.device_report import DriverAttachHandle
 from cyborg.common.device_report import DriverDevice
@@ -111,77 +112,67 @@ def vgpu_trait(product_id: str, mdev_type: pci.MdevType) -> str:
     return f'CUSTOM_NVIDIA_{trait_part(product_id[2:])}_{part}'[:255]
 
 
-def _is_gpu(function: pci.PciFunction) -> bool:
-    return (function.vendor_id == VENDOR_ID
-            and any(function.matches_class(c) for c in GPU_CLASSES))
-
-
 def _offered(function: pci.PciFunction, type_id: str
              ) -> pci.MdevType | None:
     return next((t for t in function.mdev_types if t.type_id == type_id),
                 None)
 
 
-class NvidiaGpuDriver(AcceleratorDriver):
+class NvidiaGpuDriver(PciDriver):
     """Reports NVIDIA GPUs as PGPUs or VGPUs, and creates and removes the
     vGPUs' mediated devices."""
 
     driver_name = 'nvidia_gpu'
+    vendor_id = VENDOR_ID
+    class_prefixes = GPU_CLASSES
+    physical_only = True
+    noun = 'GPU'
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         super().__init__(conf)
         self.vgpu_types = parse_vgpu_config(
             conf.gpu_devices.enabled_vgpu_types,
             conf.gpu_devices.vgpu_type_addresses)
-        self.bus = pci.PciBus(conf.agent.sysfs_root)
-        self._warn = pci_report.WarnOnce(LOG)
 
     # Discovery
 
-    def discover(self) -> list[DriverDevice]:
-        functions = {f.address: f for f in self.bus.functions()}
-        gpus = [f for f in functions.values() if _is_gpu(f) and not f.is_vf]
+    def devices(self, matching: list[pci.PciFunction], functions: Functions
+                ) -> list[DriverDevice | None]:
         self._check_addresses(functions)
-        devices = []
-        for gpu in gpus:
-            type_id = self.vgpu_types.get(gpu.address)
-            if type_id is None:
-                device = self._pgpu(gpu)
-            else:
-                device = self._vgpu(gpu, type_id, functions)
-            if device is not None:
-                devices.append(device)
-        LOG.debug('nvidia_gpu found %d GPU(s).', len(devices))
-        return devices
+        return super().devices(matching, functions)
 
-    def _check_addresses(self, functions: dict[str, pci.PciFunction]
-                         ) -> None:
+    def device(self, gpu: pci.PciFunction, functions: Functions
+               ) -> DriverDevice | None:
+        type_id = self.vgpu_types.get(gpu.address)
+        if type_id is None:
+            return self._pgpu(gpu)
+        return self._vgpu(gpu, type_id, functions)
+
+    def _check_addresses(self, functions: Functions) -> None:
         for address, type_id in sorted(self.vgpu_types.items()):
             function = functions.get(address)
-            if function is None or not _is_gpu(function):
-                self._warn('%s names %s for vGPU type %s, but there is no '
-                           'NVIDIA GPU at that address.', ADDRESSES_OPTION,
-                           address, type_id)
+            if function is None or not self.of_family(function):
+                self.warn('%s names %s for vGPU type %s, but there is no '
+                          'NVIDIA GPU at that address.', ADDRESSES_OPTION,
+                          address, type_id)
             elif function.is_vf:
-                self._warn('%s names %s for vGPU type %s, but that is a '
-                           'virtual function; name its GPU %s instead.',
-                           ADDRESSES_OPTION, address, type_id,
-                           function.physfn)
+                self.warn('%s names %s for vGPU type %s, but that is a '
+                          'virtual function; name its GPU %s instead.',
+                          ADDRESSES_OPTION, address, type_id,
+                          function.physfn)
 
     def _pgpu(self, gpu: pci.PciFunction) -> DriverDevice | None:
         """The GPU passed through whole; None, with a warning, while its
         host driver serves VFs (vGPUs of an SR-IOV GPU)."""
-        if not pci_report.passable(
-                gpu, self._warn, f'set its sriov_numvfs to 0, or give it '
-                f'a vGPU type in {ADDRESSES_OPTION}'):
-            return None
-        traits = ['OWNER_CYBORG', VENDOR_TRAIT,
-                  f'CUSTOM_NVIDIA_{trait_part(gpu.device_id[2:])}']
-        return pci_report.device('GPU', gpu, [pci_report.deployable(
-            gpu, self.hostname, self.driver_name, 'PGPU', traits)])
+        return self.whole_device(
+            'GPU', gpu, 'PGPU',
+            ['OWNER_CYBORG', VENDOR_TRAIT,
+             f'CUSTOM_NVIDIA_{trait_part(gpu.device_id[2:])}'],
+            remedy='set its sriov_numvfs to 0, or give it a vGPU type in '
+                   f'{ADDRESSES_OPTION}')
 
     def _vgpu(self, gpu: pci.PciFunction, type_id: str,
-              functions: dict[str, pci.PciFunction]) -> DriverDevice | None:
+              functions: Functions) -> DriverDevice | None:
         """The GPU as vGPUs of ``type_id``, created on the GPU or on its
         VFs; None, with a warning, when neither offers the type."""
         vfs = [functions[vf] for vf in gpu.virtfns if vf in functions]
@@ -191,10 +182,10 @@ class NvidiaGpuDriver(AcceleratorDriver):
         if not parents:
             offered = sorted({t.type_id for f in [gpu, *vfs]
                               for t in f.mdev_types})
-            self._warn('NVIDIA GPU %s is configured for vGPU type %s but '
-                       'does not offer it (it offers: %s); it is not '
-                       'reported until it does.', gpu.address, type_id,
-                       ', '.join(offered) or 'none')
+            self.warn('NVIDIA GPU %s is configured for vGPU type %s but '
+                      'does not offer it (it offers: %s); it is not '
+                      'reported until it does.', gpu.address, type_id,
+                      ', '.join(offered) or 'none')
             return None
         handles = []
         for n, parent in enumerate(self._vgpu_parents(parents)):
@@ -205,8 +196,7 @@ class NvidiaGpuDriver(AcceleratorDriver):
         mdev_type = parents[0][1]
         traits = ['OWNER_CYBORG', VENDOR_TRAIT,
                   vgpu_trait(gpu.device_id, mdev_type)]
-        deployable = pci_report.deployable(
-            gpu, self.hostname, self.driver_name, 'VGPU', traits, handles)
+        deployable = self.deployable(gpu, 'VGPU', traits, handles)
         board = {'vgpu_type': type_id}
         if mdev_type.name:
             board['vgpu_type_name'] = mdev_type.name

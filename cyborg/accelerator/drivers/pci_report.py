@@ -9,6 +9,9 @@ from cyborg.common.device_report import DriverAttachHandle
 from cyborg.common.device_report import DriverDeployable
 from cyborg.common.device_report import DriverDevice
 
+#: How to hand out a PF that cannot be passed through for its VFs.
+REMEDY = 'set its sriov_numvfs to 0 to hand it out'
+
 
 class WarnOnce:
     """Logs each distinct problem as a WARNING the first time and at
@@ -29,8 +32,7 @@ class WarnOnce:
 
 
 def passable(function: pci.PciFunction, warn: WarnOnce,
-             remedy: str = 'set its sriov_numvfs to 0 to hand it out'
-             ) -> bool:
+             remedy: str = REMEDY) -> bool:
     """Whether ``function`` can be passed through whole; a PF with SR-IOV
     VFs enabled cannot (its host driver serves them), which ``warn``
     says, with ``remedy``."""
@@ -76,20 +78,6 @@ def pci_handle(function: pci.PciFunction, **extra: str) -> DriverAttachHandle:
     return DriverAttachHandle(attach_type='PCI',
                               attach_info=dict(function.attach_info(),
                                                **extra))
-
-
-def deployable(function: pci.PciFunction, hostname: str, driver_name: str,
-               rc: str, traits: Iterable[str],
-               handles: list[DriverAttachHandle] | None = None
-               ) -> DriverDeployable:
-    """A deployable named after ``function``, with one accelerator per
-    attach handle; by default the function itself is the only one."""
-    if handles is None:
-        handles = [pci_handle(function)]
-    return DriverDeployable(
-        name=function.deployable_name(hostname),
-        num_accelerators=len(handles), driver_name=driver_name,
-        attributes=attributes(rc, traits), attach_handles=handles)
 
 
 def device(device_type: str, function: pci.PciFunction,

@@ -12,7 +12,6 @@ handles are the user functions only, so a bind hands out a user function
 whichever handle it takes. A slot showing no user function (its shell
 not loaded) is reported with no accelerator until one appears.
 """
-import logging
 from typing import Any
 
 from oslo_config import cfg
@@ -20,19 +19,11 @@ from oslo_config import cfg
 from cyborg.accelerator import pci
 from cyborg.accelerator.drivers import fpga_common
 from cyborg.accelerator.drivers import pci_report
+from cyborg.accelerator.drivers.pci_driver import Functions
 from cyborg.common.device_report import DriverDeployable
 from cyborg.common.device_report import DriverDevice
 
-LOG = logging.getLogger(__name__)
-_warn = pci_report.WarnOnce(LOG)
-
-VENDOR_ID = '0x10ee'
 MANAGEMENT_DRIVER = 'xclmgmt'
-
-
-def is_alveo(function: pci.PciFunction) -> bool:
-    return (function.vendor_id == VENDOR_ID and not function.is_vf
-            and function.matches_class(fpga_common.PROCESSING_ACCELERATOR))
 
 
 def management_function(functions: list[pci.PciFunction]
@@ -49,28 +40,30 @@ class XilinxFpgaDriver(fpga_common.FpgaDriver):
     """
 
     driver_name = 'xilinx_fpga'
+    vendor_id = '0x10ee'
+    class_prefixes = (pci.PROCESSING_ACCELERATOR,)
+    physical_only = True
+    noun = 'card'
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         super().__init__(conf)
         self.program_command = fpga_common.ProgramCommand(
             conf, 'xbmgmt_path', 'xbmgmt_args')
 
-    def discover(self) -> list[DriverDevice]:
+    def devices(self, matching: list[pci.PciFunction], functions: Functions
+                ) -> list[DriverDevice | None]:
         slots: dict[tuple[str, str, str], list[pci.PciFunction]] = {}
-        for function in self.bus.functions():
-            if is_alveo(function):
-                slot = (function.domain, function.bus, function.device)
-                slots.setdefault(slot, []).append(function)
-        devices = [self._device(functions) for functions in slots.values()]
-        LOG.debug('xilinx_fpga found %d card(s).', len(devices))
-        return devices
+        for function in matching:
+            slots.setdefault((function.domain, function.bus,
+                              function.device), []).append(function)
+        return [self._card(slot) for slot in slots.values()]
 
-    def _device(self, functions: list[pci.PciFunction]) -> DriverDevice:
+    def _card(self, functions: list[pci.PciFunction]) -> DriverDevice:
         mgmt = management_function(functions)
         users = [f for f in functions if f is not mgmt]
         if not users:
-            _warn('Xilinx card %s shows no user function; it offers no '
-                  'accelerator until one appears.', mgmt.address)
+            self.warn('Xilinx card %s shows no user function; it offers no '
+                      'accelerator until one appears.', mgmt.address)
         traits = ['OWNER_CYBORG', 'CUSTOM_FPGA_XILINX',
                   fpga_common.product_trait(mgmt)]
         # One accelerator, whichever user function a bind hands out. The

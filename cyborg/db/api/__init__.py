@@ -13,8 +13,11 @@ from oslo_db import api as oslo_db_api
 from oslo_db.sqlalchemy import enginefacade
 from oslo_db.sqlalchemy import orm
 
+from cyborg import context as cyborg_context
 from cyborg.common import patches
 
+# Each transaction rides on the request context (``context.session``).
+enginefacade.transaction_context_provider(cyborg_context.RequestContext)
 main_context_manager = enginefacade.transaction_context()
 reader = main_context_manager.reader
 writer = main_context_manager.writer
