@@ -23,11 +23,17 @@ LOG = logging.getLogger(__name__)
 ACCEL_PREFIX = 'accel:'
 FUNCTION_ID_PROPERTY = 'accel:function_id'
 _CHUNK = 1024 * 1024
-# Errors of the transfer itself, as opposed to an answer from Glance.
-_TRANSFER_ERRORS = (ks_exceptions.ConnectionError,
-                    requests.exceptions.ConnectionError,
-                    requests.exceptions.ChunkedEncodingError,
-                    requests.exceptions.Timeout)
+# Seconds between two tries of a download: with the 3 retries of
+# [glance] download_retries, 6 s of waiting in all, time for an image
+# service behind a restarting proxy to come back.
+RETRY_DELAY = 2.0
+# The answers to a download that keystoneauth tries again.
+_SERVER_ERRORS = list(range(500, 600))
+# Failures of the data once Glance has answered 200 (cut short, stalled),
+# which cyborg tries again itself, as it does data that does not verify.
+_BODY_ERRORS = (requests.exceptions.ConnectionError,
+                requests.exceptions.ChunkedEncodingError,
+                requests.exceptions.Timeout)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +75,8 @@ class Bitstream:
 
 
 class _Retry(Exception):
-    """One download attempt failed in a way worth another attempt."""
+    """The data of one download attempt was cut short or does not verify.
+    """
 
 
 class GlanceClient:
@@ -81,10 +88,9 @@ class GlanceClient:
     """
 
     def __init__(self, conf: cfg.ConfigOpts,
-                 retry_delay: float = 1.0) -> None:
+                 retry_delay: float = RETRY_DELAY) -> None:
         self.conf = conf
-        #: Seconds before the second attempt of a download; doubled after
-        #: each further failure, at most 10 s.
+        #: Seconds between two attempts of a download.
         self.retry_delay = retry_delay
         self._adapter: ks_adapter.Adapter | None = None
         self._lock = threading.Lock()
@@ -154,9 +160,10 @@ class GlanceClient:
         """Make the data of ``bitstream`` a verified file in ``dest_dir``.
 
         Returns its path. A file already there that verifies is used as
-        it is. Connection errors, 5xx answers and data that does not
-        verify are tried again ``[glance] download_retries`` times;
-        BitstreamError says why the last attempt failed.
+        it is. Connection errors and 5xx answers (by keystoneauth), and
+        data cut short or that does not verify (here) are each tried again
+        ``[glance] download_retries`` times; BitstreamError says why the
+        last attempt failed.
         """
         if not uuidutils.is_uuid_like(bitstream.id):
             raise exception.BitstreamNotFound(what=repr(bitstream.id))
@@ -171,31 +178,25 @@ class GlanceClient:
             LOG.warning('Cached bitstream %s does not verify (%s); '
                         'downloading it again.', path, problem)
         attempts = self.conf.glance.download_retries + 1
-        delay = self.retry_delay
-        attempt = 1
-        while True:
+        for attempt in range(1, attempts + 1):
             try:
                 self._download_once(bitstream, dest_dir, path)
             except _Retry as exc:
-                if attempt >= attempts:
-                    raise exception.BitstreamError(
-                        what=bitstream.id,
-                        reason=f'download failed {attempts} time(s); last '
-                               f'error: {exc}') from exc
+                if attempt == attempts:
+                    raise _failed(bitstream.id, attempts, str(exc)) from exc
                 LOG.warning('Download of bitstream %s failed (%s); attempt '
                             '%d of %d in %.1fs.', bitstream.id, exc,
-                            attempt + 1, attempts, delay)
+                            attempt + 1, attempts, self.retry_delay)
+                time.sleep(self.retry_delay)
             else:
-                LOG.debug('Downloaded bitstream %s to %s', bitstream.id,
-                          path)
-                return path
-            time.sleep(delay)
-            delay = min(delay * 2, 10.0)
-            attempt += 1
+                break
+        LOG.debug('Downloaded bitstream %s to %s', bitstream.id, path)
+        return path
 
     def _download_once(self, bitstream: Bitstream, dest_dir: str,
                        path: str) -> None:
         url = f'/v2/images/{bitstream.id}/file'
+        retries = self.conf.glance.download_retries
         fd, temp_path = tempfile.mkstemp(dir=dest_dir,
                                          prefix=f'.{bitstream.id}.',
                                          suffix='.part')
@@ -203,14 +204,25 @@ class GlanceClient:
             with os.fdopen(fd, 'wb') as out:
                 try:
                     # log=False: the body is binary, and large.
-                    resp = self.adapter.get(url, stream=True, log=False,
-                                            raise_exc=False)
-                    with resp:
-                        _check_status(resp, bitstream.id)
+                    # keystoneauth tries connection failures and 5xx
+                    # answers again; what it gave up on is final.
+                    resp = self.adapter.get(
+                        url, stream=True, log=False, raise_exc=False,
+                        connect_retries=retries,
+                        connect_retry_delay=self.retry_delay,
+                        status_code_retries=retries,
+                        status_code_retry_delay=self.retry_delay,
+                        retriable_status_codes=_SERVER_ERRORS)
+                except ks_exceptions.ConnectionError as exc:
+                    raise _failed(bitstream.id, retries + 1,
+                                  f'{type(exc).__name__}: {exc}') from exc
+                with resp:
+                    _check_status(resp, bitstream.id, retries + 1)
+                    try:
                         for chunk in resp.iter_content(_CHUNK):
                             out.write(chunk)
-                except _TRANSFER_ERRORS as exc:
-                    raise _Retry(f'{type(exc).__name__}: {exc}') from exc
+                    except _BODY_ERRORS as exc:
+                        raise _Retry(f'{type(exc).__name__}: {exc}') from exc
                 out.flush()
                 os.fsync(out.fileno())
             problem = _verify_file(bitstream, temp_path)
@@ -222,11 +234,20 @@ class GlanceClient:
             raise
 
 
-def _check_status(resp: requests.Response, image_id: str) -> None:
+def _failed(image_id: str, attempts: int, error: str
+            ) -> exception.BitstreamError:
+    return exception.BitstreamError(
+        what=image_id,
+        reason=f'download failed {attempts} time(s); last error: {error}')
+
+
+def _check_status(resp: requests.Response, image_id: str,
+                  attempts: int) -> None:
     if resp.status_code == 200:
         return
-    if resp.status_code >= 500:
-        raise _Retry(f'the image service answered {resp.status_code}')
+    if resp.status_code in _SERVER_ERRORS:
+        raise _failed(image_id, attempts,
+                      f'the image service answered {resp.status_code}')
     if resp.status_code == 404:
         raise exception.BitstreamNotFound(what=image_id)
     if resp.status_code == 204:

@@ -2,8 +2,6 @@
 import dataclasses
 import logging
 import threading
-import time
-from collections.abc import Callable
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from typing import Any
@@ -25,10 +23,20 @@ EVENT_NAME = 'accelerator-request-bound'
 # the whole body's validation.
 MICROVERSION = '2.82'
 EVENTS_PATH = '/os-server-external-events'
-# The waits before the second and third tries: long enough for a Nova API
-# behind a restarting proxy to come back, short enough not to hold the
-# conductor thread that ended the bind.
-RETRY_DELAYS = (0.5, 2.0)
+# keystoneauth tries a post again after a connection failure or an error
+# answer, twice, 1.25 s apart: 3 tries and 2.5 s of waiting in all, long
+# enough for a Nova API behind a restarting proxy to come back, short
+# enough not to hold the conductor thread that ended the bind. The [nova]
+# options of the same names, when set, take their place.
+RETRIES = {
+    'connect_retries': 2,
+    'connect_retry_delay': 1.25,
+    'status_code_retries': 2,
+    'status_code_retry_delay': 1.25,
+    # Every 4xx and 5xx answer; 200 and 207 answer for each event, and
+    # keystoneauth follows redirects.
+    'retriable_status_codes': list(range(400, 600)),
+}
 
 # An ARQ's final state, as Nova's waiting compute reads it.
 _EVENT_STATUS = {
@@ -66,14 +74,13 @@ class BindEvent:
 class EventsOutcome:
     """What became of one call to ``send_bound_events``.
 
-    ``attempts`` is 0 when nothing was sent. ``delivered`` means Nova
-    answered 200 or 207; ``accepted`` and ``rejected`` then list the ARQ
-    uuids (event tags), the latter with the code Nova gave each event, or
-    None where its answer did not mention the event. ``status`` is the last
-    HTTP status seen, None when no try got an answer.
+    ``delivered`` means Nova answered 200 or 207, after keystoneauth's
+    retries; ``accepted`` and ``rejected`` then list the ARQ uuids (event
+    tags), the latter with the code Nova gave each event, or None where its
+    answer did not mention the event. ``status`` is the last HTTP status
+    seen, None when nothing was sent or no try got an answer.
     """
 
-    attempts: int = 0
     delivered: bool = False
     status: int | None = None
     accepted: list[str] = dataclasses.field(default_factory=list)
@@ -88,19 +95,19 @@ class NovaClient:
     that a conductor that never binds never authenticates.
     """
 
-    def __init__(self, conf: cfg.ConfigOpts,
-                 retry_delays: Sequence[float] = RETRY_DELAYS,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
         self._conf = conf
-        self._retry_delays = tuple(retry_delays)
-        self._sleep = sleep
         self._lock = threading.Lock()
         self._adapter: ks_adapter.Adapter | None = None
 
     def _get_adapter(self) -> ks_adapter.Adapter:
         with self._lock:
             if self._adapter is None:
-                self._adapter = keystone.get_adapter(self._conf, 'nova')
+                group = self._conf.nova
+                retries = {name: value for name, value in RETRIES.items()
+                           if group[name] is None}
+                self._adapter = keystone.get_adapter(self._conf, 'nova',
+                                                     **retries)
             return self._adapter
 
     def send_bound_events(self, events: Sequence[BindEvent]
@@ -120,37 +127,28 @@ class NovaClient:
                       'is off', arqs)
             return outcome
         body = {'events': [event.body() for event in events]}
-        tries = len(self._retry_delays) + 1
-        failure = ''
-        for attempt in range(1, tries + 1):
-            if attempt > 1:
-                self._sleep(self._retry_delays[attempt - 2])
-            outcome.attempts = attempt
-            try:
-                # The header names Nova's API whatever [nova] service_type
-                # the catalog lists it under.
-                response = self._get_adapter().post(
-                    EVENTS_PATH, json=body, microversion=MICROVERSION,
-                    microversion_service_type='compute', raise_exc=False)
-            except ks_exc.ClientException as exc:
-                # Connection, timeout and authentication failures, and a
-                # [nova] group that cannot make an adapter at all.
-                failure = f'{type(exc).__name__}: {exc}'
-            else:
-                outcome.status = response.status_code
-                if response.status_code in (200, 207):
-                    outcome.delivered = True
-                    self._read_answer(events, response, outcome)
-                    return outcome
-                failure = f'HTTP {response.status_code}'
-            LOG.debug('Try %(attempt)d of %(tries)d to send events for ARQs '
-                      '%(arqs)s failed: %(failure)s',
-                      {'attempt': attempt, 'tries': tries, 'arqs': arqs,
-                       'failure': failure})
-        LOG.error('Nova did not take the events of ARQs %(arqs)s after '
-                  '%(tries)d tries (%(failure)s); an instance already waiting '
-                  'for them fails when Nova\'s arq_binding_timeout ends',
-                  {'arqs': arqs, 'tries': tries, 'failure': failure})
+        try:
+            # The header names Nova's API whatever [nova] service_type
+            # the catalog lists it under.
+            response = self._get_adapter().post(
+                EVENTS_PATH, json=body, microversion=MICROVERSION,
+                microversion_service_type='compute', raise_exc=False)
+        except ks_exc.ClientException as exc:
+            # Connection and timeout failures left after the retries,
+            # authentication failures, and a [nova] group that cannot make
+            # an adapter at all.
+            failure = f'{type(exc).__name__}: {exc}'
+        else:
+            outcome.status = response.status_code
+            if response.status_code in (200, 207):
+                outcome.delivered = True
+                self._read_answer(events, response, outcome)
+                return outcome
+            failure = f'HTTP {response.status_code}'
+        LOG.error('Nova did not take the events of ARQs %(arqs)s '
+                  '(%(failure)s); an instance already waiting for them fails '
+                  'when Nova\'s arq_binding_timeout ends',
+                  {'arqs': arqs, 'failure': failure})
         return outcome
 
     @staticmethod

@@ -16,7 +16,12 @@ glance_opts = [
         'download_retries',
         default=3,
         min=0,
-        help='How many times a failed bitstream download is tried again.'),
+        help='How many times a failed bitstream download is tried again, '
+             '2 seconds apart. keystoneauth tries again a request that '
+             'could not connect or got a 5xx answer; the agent tries again '
+             'a download whose data was cut short or does not verify '
+             'against the image\'s hash (or size). Each kind of failure is '
+             'tried again up to this many times.'),
 ]
 
 

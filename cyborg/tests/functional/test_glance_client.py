@@ -118,6 +118,22 @@ def test_download_retries_then_succeeds(client, fake_glance, tmp_path):
     assert os.listdir(tmp_path) == [os.path.basename(path)]
 
 
+@pytest.mark.parametrize('status', [503, None], ids=['503', 'hang-up'])
+def test_download_retries_failed_requests(client, fake_glance, tmp_path,
+                                          status):
+    image = client.get_image(fake_glance.add_image(b'bits')['id'])
+    if status is None:
+        # The connection closes before any answer.
+        fake_glance.drop_next(2)
+    else:
+        fake_glance.fail_next_download(2, status=status)
+    path = client.download(image, str(tmp_path))
+    with open(path, 'rb') as f:
+        assert f.read() == b'bits'
+    assert [r.status for r in fake_glance.downloads()] == [status, status,
+                                                           200]
+
+
 def test_download_gives_up_with_a_clear_error(client, fake_glance, tmp_path):
     image = client.get_image(fake_glance.add_image(b'abc' * 1000)['id'])
     fake_glance.corrupt_next_download(3)
@@ -130,7 +146,8 @@ def test_download_gives_up_with_a_clear_error(client, fake_glance, tmp_path):
     assert os.listdir(tmp_path) == []
 
     fake_glance.fail_next_download(3, status=503)
-    with pytest.raises(exception.BitstreamError, match='answered 503'):
+    with pytest.raises(exception.BitstreamError,
+                       match='failed 3 time.*answered 503'):
         client.download(image, str(tmp_path))
     assert len(fake_glance.downloads()) == 6
 

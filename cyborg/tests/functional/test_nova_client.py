@@ -13,7 +13,8 @@ from cyborg.conductor import nova_client
 from cyborg.tests.fakes.fixtures import nova_conf
 
 LOGGER = 'cyborg.conductor.nova_client'
-DELAYS = (0.25, 1.0)
+# Seconds between tries here, instead of the 1.25 s of a conductor.
+DELAY = 0.01
 
 
 def new_uuid() -> str:
@@ -21,15 +22,18 @@ def new_uuid() -> str:
 
 
 @pytest.fixture
-def sleeps() -> list[float]:
-    return []
-
-
-@pytest.fixture
-def client(conf, fake_nova, sleeps) -> nova_client.NovaClient:
+def client(conf, fake_nova) -> nova_client.NovaClient:
     nova_conf(conf, fake_nova)
-    return nova_client.NovaClient(conf, retry_delays=DELAYS,
-                                  sleep=sleeps.append)
+    conf.set_override('connect_retry_delay', DELAY, 'nova')
+    conf.set_override('status_code_retry_delay', DELAY, 'nova')
+    return nova_client.NovaClient(conf)
+
+
+def errors(caplog) -> list[logging.LogRecord]:
+    """The client's own warnings and errors (keystoneauth warns of each
+    retry besides)."""
+    return [r for r in caplog.records
+            if r.name == LOGGER and r.levelno >= logging.WARNING]
 
 
 def bound(state: str = 'Bound', instance: str | None = None
@@ -60,7 +64,7 @@ def test_one_post_carries_every_event(client, fake_nova):
                                     wire(events[2], 'failed')]}
     assert post.status == 200
     assert outcome == nova_client.EventsOutcome(
-        attempts=1, delivered=True, status=200,
+        delivered=True, status=200,
         accepted=[event.arq_uuid for event in events])
 
 
@@ -89,7 +93,7 @@ def test_per_event_codes_are_reported_not_raised(client, fake_nova, caplog):
     outcome = client.send_bound_events([not_on_host, unknown, refused, fine])
 
     assert [post.status for post in fake_nova.requests] == [207]
-    assert outcome.delivered and outcome.attempts == 1
+    assert outcome.delivered
     assert outcome.status == 207
     assert outcome.accepted == [fine.arq_uuid]
     assert outcome.rejected == {not_on_host.arq_uuid: 422,
@@ -103,36 +107,39 @@ def test_per_event_codes_are_reported_not_raised(client, fake_nova, caplog):
                       refused.arq_uuid: [logging.ERROR]}
 
 
-@pytest.mark.parametrize('spoil', ['fail', 'drop'])
-def test_a_failed_try_is_retried(client, fake_nova, sleeps, spoil):
-    if spoil == 'fail':
-        fake_nova.fail_next(1, 500)
-    else:
+@pytest.mark.parametrize('first', [500, 503, 422, None],
+                         ids=['500', '503', '422', 'hang-up'])
+def test_a_failed_try_is_retried(client, fake_nova, first):
+    if first is None:
         fake_nova.drop_next(1)
+    else:
+        fake_nova.fail_next(1, first)
     event = bound()
 
     outcome = client.send_bound_events([event])
 
-    first = 500 if spoil == 'fail' else None
     assert [post.status for post in fake_nova.posts()] == [first, 200]
     assert fake_nova.events() == [wire(event, 'completed')]
-    assert sleeps == [DELAYS[0]]
     assert outcome == nova_client.EventsOutcome(
-        attempts=2, delivered=True, status=200, accepted=[event.arq_uuid])
+        delivered=True, status=200, accepted=[event.arq_uuid])
 
 
+@pytest.mark.parametrize('status', [503, None], ids=['503', 'hang-up'])
 def test_persistent_failure_gives_up_without_raising(client, fake_nova,
-                                                     sleeps, caplog):
-    fake_nova.fail_next(5, 503)
+                                                     caplog, status):
+    if status is None:
+        fake_nova.drop_next(5)
+    else:
+        fake_nova.fail_next(5, status)
     events = [bound(), bound('BindFailed')]
 
     outcome = client.send_bound_events(events)
 
-    assert [post.status for post in fake_nova.posts()] == [503, 503, 503]
+    # Three tries in all.
+    assert [post.status for post in fake_nova.posts()] == [status] * 3
     assert fake_nova.events() == []
-    assert sleeps == list(DELAYS)
-    assert outcome == nova_client.EventsOutcome(attempts=3, status=503)
-    [error] = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert outcome == nova_client.EventsOutcome(status=status)
+    [error] = errors(caplog)
     assert error.levelno == logging.ERROR
     assert all(event.arq_uuid in error.message for event in events)
 
@@ -144,16 +151,37 @@ def test_an_unreachable_nova_gives_up_without_raising(client, fake_nova,
 
     outcome = client.send_bound_events([event])
 
-    assert outcome == nova_client.EventsOutcome(attempts=3)
-    [error] = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert outcome == nova_client.EventsOutcome()
+    [error] = errors(caplog)
     assert 'ConnectFailure' in error.message
     assert event.arq_uuid in error.message
+    # The connection was refused three times: keystoneauth warned of the
+    # two retries.
+    retries = [r for r in caplog.records
+               if r.name.startswith('keystoneauth')
+               and 'Retrying' in r.getMessage()]
+    assert len(retries) == 2
+
+
+def test_retry_settings_yield_to_nova_options(conf, fake_nova):
+    nova_conf(conf, fake_nova)
+    adapter = nova_client.NovaClient(conf)._get_adapter()
+    assert (adapter.connect_retries, adapter.status_code_retries) == (2, 2)
+    assert (adapter.connect_retry_delay,
+            adapter.status_code_retry_delay) == (1.25, 1.25)
+    assert adapter.retriable_status_codes == list(range(400, 600))
+
+    conf.set_override('status_code_retries', 0, 'nova')
+    conf.set_override('retriable_status_codes', [502], 'nova')
+    adapter = nova_client.NovaClient(conf)._get_adapter()
+    assert (adapter.connect_retries, adapter.status_code_retries) == (2, 0)
+    assert adapter.retriable_status_codes == [502]
 
 
 def test_an_unconfigured_group_gives_up_without_raising(conf, fake_nova):
-    client = nova_client.NovaClient(conf, retry_delays=(0, 0))
+    client = nova_client.NovaClient(conf)
     outcome = client.send_bound_events([bound()])
-    assert outcome == nova_client.EventsOutcome(attempts=3)
+    assert outcome == nova_client.EventsOutcome()
     assert fake_nova.requests == []
 
 
