@@ -49,10 +49,10 @@ def setup_app(conf: cfg.ConfigOpts) -> Callable[..., Any]:
     GET, JSON errors, body size limit, authentication, paths and methods,
     UTF-8 path and query, JSON in and out, pecan.
     """
-    policy.get_enforcer(conf)
     app = pecan.make_app(
         'cyborg.api.controllers.root.RootController',
-        hooks=[hooks.ContextHook(), hooks.ConductorHook(conf),
+        hooks=[hooks.ConfigHook(conf, policy.make_enforcer(conf)),
+               hooks.ContextHook(), hooks.ConductorHook(conf),
                hooks.MicroversionHook()],
         force_canonical=False,
         guess_content_type_from_ext=False,

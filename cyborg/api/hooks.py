@@ -1,14 +1,30 @@
-"""pecan hooks: request context, conductor client and microversions."""
+"""pecan hooks: configuration, request context, conductor client and
+microversions."""
 import threading
 
-import pecan
 from oslo_config import cfg
 from pecan import hooks
 
 from cyborg import context as cyborg_context
 from cyborg.api import errors
+from cyborg.api import policy
 from cyborg.api import versions
 from cyborg.conductor import rpcapi as conductor_rpcapi
+
+
+class ConfigHook(hooks.PecanHook):
+    """Gives controllers ``request.conf``, the configuration the app was
+    built with, and ``request.enforcer``, the policy enforcer built from
+    it: two apps of one process each serve with their own."""
+
+    def __init__(self, conf: cfg.ConfigOpts,
+                 enforcer: policy.Enforcer) -> None:
+        self.conf = conf
+        self.enforcer = enforcer
+
+    def before(self, state: hooks.HookController) -> None:
+        state.request.conf = self.conf
+        state.request.enforcer = self.enforcer
 
 
 class ContextHook(hooks.PecanHook):
@@ -60,8 +76,7 @@ class MicroversionHook(hooks.PecanHook):
         if not _is_v2(request.path_info):
             return
         try:
-            request.version = versions.parse_header(
-                request.headers.get(versions.HEADER))
+            request.version = versions.requested(request.environ)
         except versions.InvalidVersion as exc:
             # No version is served: the reply gives the range, not one.
             request.version_rejected = True
@@ -91,7 +106,3 @@ def _add_headers(headers: dict, version: versions.APIVersion | None) -> None:
         headers['Vary'] = versions.HEADER
     elif versions.HEADER not in vary:
         headers['Vary'] = f'{vary}, {versions.HEADER}'
-
-
-def current_version() -> versions.APIVersion:
-    return pecan.request.version

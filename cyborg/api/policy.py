@@ -1,4 +1,4 @@
-"""Policy enforcement: one oslo.policy enforcer per process."""
+"""Policy enforcement: one oslo.policy enforcer per application."""
 import time
 from collections.abc import Hashable
 from typing import Any
@@ -98,32 +98,23 @@ def _frozen(action: str, target: dict[str, Any],
     return key
 
 
-_ENFORCER: Enforcer | None = None
-
-
 def set_defaults(conf: cfg.ConfigOpts) -> None:
     """Secure defaults: new rules only, and tokens must be project-scoped."""
     policy_opts.set_defaults(conf, policy_file='policy.yaml',
                              enforce_scope=True, enforce_new_defaults=True)
 
 
-def get_enforcer(conf: cfg.ConfigOpts = cfg.CONF) -> Enforcer:
-    global _ENFORCER
-    if _ENFORCER is None:
-        set_defaults(conf)
-        enforcer = Enforcer(conf)
-        enforcer.register_defaults(policies.list_policies())
-        _ENFORCER = enforcer
-    return _ENFORCER
+def make_enforcer(conf: cfg.ConfigOpts) -> Enforcer:
+    """The enforcer of cyborg's rules, with the policy files ``conf``
+    names."""
+    set_defaults(conf)
+    enforcer = Enforcer(conf)
+    enforcer.register_defaults(policies.list_policies())
+    return enforcer
 
 
-def reset() -> None:
-    global _ENFORCER
-    _ENFORCER = None
-
-
-def authorize(context: cyborg_context.RequestContext, action: str,
-              target: dict[str, Any] | None = None) -> None:
+def authorize(enforcer: Enforcer, context: cyborg_context.RequestContext,
+              action: str, target: dict[str, Any] | None = None) -> None:
     """Raise PolicyNotAuthorized unless ``context`` may do ``action``.
 
     The default target is the caller's own project, which is what rules
@@ -132,14 +123,15 @@ def authorize(context: cyborg_context.RequestContext, action: str,
     """
     target = target or {'project_id': context.project_id,
                         'user_id': context.user_id}
-    if not get_enforcer().allowed(action, target, context):
+    if not enforcer.allowed(action, target, context):
         raise exception.PolicyNotAuthorized(action=action)
 
 
-def check(context: cyborg_context.RequestContext, action: str) -> bool:
+def check(enforcer: Enforcer, context: cyborg_context.RequestContext,
+          action: str) -> bool:
     """Whether ``context`` may do ``action``, without raising."""
     try:
-        authorize(context, action)
+        authorize(enforcer, context, action)
     except exception.PolicyNotAuthorized:
         return False
     return True

@@ -1,11 +1,17 @@
 """API microversions: the supported range and header negotiation."""
 import dataclasses
 import re
+from typing import Any
 
 SERVICE_TYPE = 'accelerator'
 HEADER = 'OpenStack-API-Version'
 MIN_HEADER = 'OpenStack-API-Minimum-Version'
 MAX_HEADER = 'OpenStack-API-Maximum-Version'
+# HEADER as the WSGI environ holds it.
+_ENVIRON_HEADER = 'HTTP_' + HEADER.upper().replace('-', '_')
+# Where ``requested`` keeps what it parsed: the version, or why the header
+# asks for none.
+_PARSED = 'cyborg.api_version'
 
 # The history of every version, oldest first; see
 # doc/source/reference/api-version-history.rst.
@@ -79,3 +85,19 @@ def parse_header(value: str | None) -> APIVersion:
             f'version range is: [{as_string(MIN_VERSION)}, '
             f'{as_string(MAX_VERSION)}].')
     return APIVersion(*version)
+
+
+def requested(environ: dict[str, Any]) -> APIVersion:
+    """The version the request of ``environ`` asks for, as parse_header
+    reads its header (InvalidVersion included), parsed on the first call
+    and kept in the environ for every other."""
+    parsed = environ.get(_PARSED)
+    if parsed is None:
+        try:
+            parsed = parse_header(environ.get(_ENVIRON_HEADER))
+        except InvalidVersion as exc:
+            parsed = str(exc)
+        environ[_PARSED] = parsed
+    if isinstance(parsed, str):
+        raise InvalidVersion(parsed)
+    return parsed

@@ -18,17 +18,14 @@ from cyborg.conf import upgrade_levels
 
 CONF = cfg.CONF
 
-default.register_opts(CONF)
-agent.register_opts(CONF)
-api.register_opts(CONF)
-conductor.register_opts(CONF)
-database.register_opts(CONF)
-fake_driver.register_opts(CONF)
-fpga.register_opts(CONF)
-generic_pci.register_opts(CONF)
-glance.register_opts(CONF)
-gpu.register_opts(CONF)
-nic.register_opts(CONF)
-nova.register_opts(CONF)
-placement.register_opts(CONF)
-upgrade_levels.register_opts(CONF)
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    """Register every cyborg group on ``conf`` (done for the global CONF
+    here; an app or a test may build its own)."""
+    for module in (default, agent, api, conductor, database, fake_driver,
+                   fpga, generic_pci, glance, gpu, nic, nova, placement,
+                   upgrade_levels):
+        module.register_opts(conf)
+
+
+register_opts(CONF)

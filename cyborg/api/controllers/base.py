@@ -1,13 +1,15 @@
-"""What every resource controller shares: body type, checks, pagination."""
+"""What every resource controller shares: wire types, checks, pagination."""
 import datetime
 import re
 import urllib.parse
-import uuid as uuid_lib
+from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any
+from typing import TypeVar
 
 import pecan
+from oslo_config import cfg
 from oslo_utils import timeutils
-from oslo_utils import uuidutils
 from wsme import types as wtypes
 
 from cyborg import context as cyborg_context
@@ -15,7 +17,6 @@ from cyborg.api import policy
 from cyborg.api import schemas
 from cyborg.api.controllers import link
 from cyborg.common import exception
-from cyborg.conf import CONF
 from cyborg.db.api import query
 
 # The first microversion with 400s where 2.0-2.3 answered 500, and with
@@ -56,11 +57,22 @@ def context() -> cyborg_context.RequestContext:
     return pecan.request.context
 
 
+def conf() -> cfg.ConfigOpts:
+    """The configuration the application serving this request was built
+    with (``app.setup_app``)."""
+    return pecan.request.conf
+
+
 def authorize(action: str) -> cyborg_context.RequestContext:
     """Check ``action`` for the caller and return the caller's context."""
     ctx = context()
-    policy.authorize(ctx, action)
+    policy.authorize(pecan.request.enforcer, ctx, action)
     return ctx
+
+
+def allowed(action: str) -> bool:
+    """Whether the caller may do ``action``, without raising."""
+    return policy.check(pecan.request.enforcer, context(), action)
 
 
 def version_at_least(major: int, minor: int) -> bool:
@@ -74,9 +86,7 @@ def strict() -> bool:
 
 def legacy_error(message: str) -> exception.CyborgException:
     """400 from 2.4 on; 500 before, as the clients of 2.0-2.3 expect."""
-    if strict():
-        return exception.Invalid(reason=message)
-    return exception.LegacyServerError(reason=message)
+    return schemas.legacy_error(message, strict())
 
 
 def require_version(major: int, minor: int, feature: str) -> None:
@@ -87,29 +97,10 @@ def require_version(major: int, minor: int, feature: str) -> None:
                    f'{major}.{minor}".')
 
 
-def canonical_uuid(value: Any) -> str | None:
-    """``value`` as a uuid in the one form stored and shown (lower case,
-    with dashes), from any form oslo accepts ("{...}", "urn:uuid:...",
-    upper case, without dashes); None if it is no uuid."""
-    if not isinstance(value, str) or not uuidutils.is_uuid_like(value):
-        return None
-    return str(uuid_lib.UUID(value))
-
-
-def check_uuid(value: Any, what: str) -> str:
-    """The canonical form of a uuid sent in a body or query; Invalid if
-    it is none."""
-    canonical = canonical_uuid(value)
-    if canonical is None:
-        raise exception.Invalid(reason=f'{what} must be a UUID, not '
-                                       f'{schemas.shown(value)}.')
-    return canonical
-
-
 def path_uuid(value: str, resource: str) -> str:
     """The canonical form of a uuid in a path; ResourceNotFound (404)
     when it is none, as for a uuid nothing has."""
-    canonical = canonical_uuid(value)
+    canonical = schemas.canonical_uuid(value)
     if canonical is None:
         raise exception.ResourceNotFound(resource=resource, id=value)
     return canonical
@@ -147,20 +138,16 @@ def id_param(value: str | None, name: str, column: Any) -> int | None:
     return number
 
 
-# Items one comma-separated query parameter may name.
-LIST_MAX = 1000
-
-
 def split_list(value: str | None, name: str = 'the list') -> list[str]:
     """``a,b`` (or ``a%2Cb``, already decoded by the framework) → list;
-    Invalid beyond LIST_MAX items."""
+    Invalid beyond schemas.LIST_MAX items."""
     if value is None:
         return []
     items = [item.strip() for item in value.split(',') if item.strip()]
-    if len(items) > LIST_MAX:
+    if len(items) > schemas.LIST_MAX:
         raise exception.Invalid(
-            reason=f'{name} names {len(items)} items; at most {LIST_MAX} '
-                   'per request.')
+            reason=f'{name} names {len(items)} items; at most '
+                   f'{schemas.LIST_MAX} per request.')
     return items
 
 
@@ -172,6 +159,84 @@ def timestamp(value: datetime.datetime | str | None) -> str | None:
         value = timeutils.parse_isotime(value)
     return value.replace(tzinfo=datetime.timezone.utc,
                          microsecond=0).isoformat()
+
+
+def up_or_down(alive: bool | None) -> str | None:
+    """A service's state as shown: None when it never registered."""
+    return None if alive is None else ('up' if alive else 'down')
+
+
+class Field(wtypes.wsattr):
+    """An attribute of a ``Resource`` that is not shown as stored.
+
+    ``source`` is the key of the stored dict it shows (the attribute's own
+    name by default) and ``convert`` turns that value into the one shown.
+    ``since`` is the microversion that added the attribute: below it the
+    attribute is left unset, and WSME leaves it out of the response. With
+    a ``default``, a key the dict lacks shows the default.
+    """
+
+    def __init__(self, datatype: Any, *, source: str | None = None,
+                 convert: Callable[[Any], Any] | None = None,
+                 since: tuple[int, int] | None = None,
+                 default: Any = wtypes.Unset) -> None:
+        super().__init__(datatype, default=default)
+        self.source = source
+        self.convert = convert
+        self.since = since
+
+    def value(self, values: Mapping[str, Any]) -> Any:
+        """What ``values`` show in this attribute, or Unset."""
+        if self.since is not None and not version_at_least(*self.since):
+            return wtypes.Unset
+        key = self.source or self.key
+        if self.default is not wtypes.Unset and key not in values:
+            return wtypes.Unset
+        value = values[key]
+        return value if self.convert is None else self.convert(value)
+
+
+def timestamp_field() -> Field:
+    """A date and time, shown as ``timestamp`` shows it."""
+    return Field(wtypes.text, convert=timestamp)
+
+
+def links_field(version: str, collection: str,
+                bookmark: bool = False) -> Field:
+    """``links`` of an item: ``self`` at /<version>/<collection>/<uuid>
+    and, with ``bookmark``, the same without the version."""
+    def links(uuid: str) -> list[dict[str, str]]:
+        found = [link.make_link('self', version, collection, uuid)]
+        if bookmark:
+            found.append(link.make_link('bookmark', collection, uuid))
+        return found
+    return Field(LIST_OF_STRING_DICTS, source='uuid', convert=links)
+
+
+_R = TypeVar('_R', bound='Resource')
+
+
+class Resource(wtypes.Base):
+    """A wire type whose instances are made from the dicts the database
+    layer and the conductor return.
+
+    Each attribute is declared once, in the order of the JSON response:
+    a plain type shows the key of the same name, a ``Field`` says where
+    its value comes from.
+    """
+
+    # Only the resources themselves are WSME types.
+    __registry__ = None
+
+    @classmethod
+    def from_dict(cls: type[_R], values: Mapping[str, Any]) -> _R:
+        resource = cls()
+        for attr in wtypes.list_attributes(cls):
+            value = (attr.value(values) if isinstance(attr, Field)
+                     else values[attr.key])
+            if value is not wtypes.Unset:
+                setattr(resource, attr.key, value)
+        return resource
 
 
 class Page:
@@ -195,21 +260,22 @@ class Page:
                 raise exception.Invalid(
                     reason=f'limit must be a positive integer, not '
                            f'{schemas.shown(limit)}.')
-            self.limit = min(self.limit, CONF.api.max_limit)
+            self.limit = min(self.limit, conf().api.max_limit)
         if marker is not None and id_column is not None:
             self.marker = id_param(marker, 'marker', id_column)
         elif marker is not None:
-            self.marker = check_uuid(marker, 'marker')
+            self.marker = schemas.check_uuid(marker, 'marker')
 
     @property
     def size(self) -> int | None:
         """How many items to return: the limit, capped, when paginating."""
         if self.limit is None and self.marker is None:
             return None
-        return self.limit or CONF.api.max_limit
+        return self.limit or conf().api.max_limit
 
-    def collection(self, cls: type, key: str, wire: Any, path: str,
-                   items: list[dict[str, Any]], has_more: bool) -> Any:
+    def collection(self, cls: type, key: str, wire: type[Resource],
+                   path: str, items: list[dict[str, Any]],
+                   has_more: bool) -> Any:
         """The list response ``cls(key=[...])``, with a ``next`` link
         when more items follow this page."""
         result = cls(**{key: [wire.from_dict(i) for i in items]})

@@ -1,13 +1,12 @@
 """Absolute links in responses, honouring [api] public_endpoint."""
 import pecan
 
-from cyborg.conf import CONF
-
 
 def base_url() -> str:
     """The URL the API is reached at, without a trailing slash."""
-    if CONF.api.public_endpoint:
-        return CONF.api.public_endpoint.rstrip('/')
+    endpoint = pecan.request.conf.api.public_endpoint
+    if endpoint:
+        return endpoint.rstrip('/')
     return pecan.request.application_url.rstrip('/')
 
 

@@ -61,9 +61,8 @@ def _key(segments: list[str]) -> tuple[int, str, str]:
 
 def _asked_version(environ: dict[str, Any]) -> versions.APIVersion:
     try:
-        return versions.parse_header(
-            environ.get('HTTP_OPENSTACK_API_VERSION'))
-    except ValueError:  # InvalidVersion
+        return versions.requested(environ)
+    except versions.InvalidVersion:
         # Routed as the latest version; the microversion hook then
         # answers 406 before any controller runs.
         return versions.APIVersion(*versions.MAX_VERSION)

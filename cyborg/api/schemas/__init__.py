@@ -1,17 +1,24 @@
 """Request validation: JSON schemas and the checks they cannot express.
 
 A string is bounded by what its column holds: ``column`` reads the length
-from the model, so the schema and the table never disagree.
+from the model, so the schema and the table never disagree. Nothing here
+reads the request: what a check depends on (the microversion, a limit
+from the configuration) is passed in by the controller.
 """
+import uuid as uuid_lib
 from typing import Any
 
 import jsonschema
+from oslo_utils import uuidutils
 
 from cyborg.common import exception
 from cyborg.db.api import query
 
 # Characters shown of a bad value in an error message.
 SHOWN = 64
+# Items one request may name, in a comma-separated query parameter or as
+# the keys of a body.
+LIST_MAX = 1000
 
 
 def _cut(text: str, most: int = SHOWN) -> str:
@@ -21,6 +28,33 @@ def _cut(text: str, most: int = SHOWN) -> str:
 def shown(value: Any) -> str:
     """``repr(value)``, cut short for an error message."""
     return _cut(repr(value))
+
+
+def canonical_uuid(value: Any) -> str | None:
+    """``value`` as a uuid in the one form stored and shown (lower case,
+    with dashes), from any form oslo accepts ("{...}", "urn:uuid:...",
+    upper case, without dashes); None if it is no uuid."""
+    if not isinstance(value, str) or not uuidutils.is_uuid_like(value):
+        return None
+    return str(uuid_lib.UUID(value))
+
+
+def check_uuid(value: Any, what: str) -> str:
+    """The canonical form of a uuid sent in a body or query; Invalid if
+    it is none."""
+    canonical = canonical_uuid(value)
+    if canonical is None:
+        raise exception.Invalid(reason=f'{what} must be a UUID, not '
+                                       f'{shown(value)}.')
+    return canonical
+
+
+def legacy_error(message: str, strict: bool) -> exception.CyborgException:
+    """400 when ``strict`` (microversion 2.4 and later); 500 before, as
+    the clients of 2.0-2.3 expect."""
+    if strict:
+        return exception.Invalid(reason=message)
+    return exception.LegacyServerError(reason=message)
 
 
 def column(col: Any, null: bool = False, **extra: Any) -> dict[str, Any]:

@@ -2,7 +2,6 @@
 from typing import Any
 
 from cyborg.api import schemas
-from cyborg.api.controllers import base
 from cyborg.common import exception
 from cyborg.db.api import arqs
 
@@ -47,16 +46,17 @@ OPS_SCHEMA: dict[str, Any] = {
 }
 
 
-def validate_create(body: Any) -> str:
-    """The profile name of a create body."""
+def validate_create(body: Any, strict: bool) -> str:
+    """The profile name of a create body (``strict``: microversion 2.4's
+    400 for a missing name, not 2.0-2.3's 500)."""
     if not isinstance(body, dict):
         raise exception.Invalid(
             reason='The body must be an object such as '
                    '{"device_profile_name": "my-dp"}.')
     schemas.validate(CREATE_SCHEMA, body, 'Accelerator request')
     if 'device_profile_name' not in body:
-        raise base.legacy_error(
-            'An accelerator request needs "device_profile_name".')
+        raise schemas.legacy_error(
+            'An accelerator request needs "device_profile_name".', strict)
     return body['device_profile_name']
 
 
@@ -78,7 +78,7 @@ def _bind_values(uuid: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
                    'A bind adds /hostname, /device_rp_uuid and '
                    '/instance_uuid together.')
     for field in UUID_FIELDS:
-        values[field] = base.check_uuid(values[field], f'{uuid}: {field}')
+        values[field] = schemas.check_uuid(values[field], f'{uuid}: {field}')
     for field, column in TEXT_FIELDS.items():
         if field in values:
             schemas.validate(schemas.column(column), values[field],
@@ -97,21 +97,21 @@ def validate_patch(body: Any, path_uuid: str | None
             reason='The body must map accelerator request uuids to JSON '
                    'patches, e.g. {"<uuid>": [{"op": "add", "path": '
                    '"/hostname", "value": "node1"}, ...]}.')
-    if len(body) > base.LIST_MAX:
+    if len(body) > schemas.LIST_MAX:
         raise exception.Invalid(
             reason=f'The body names {len(body)} accelerator requests; at '
-                   f'most {base.LIST_MAX} per request.')
+                   f'most {schemas.LIST_MAX} per request.')
     if path_uuid is not None and (
             len(body) != 1
-            or base.canonical_uuid(next(iter(body)))
-            != (base.canonical_uuid(path_uuid) or path_uuid)):
+            or schemas.canonical_uuid(next(iter(body)))
+            != (schemas.canonical_uuid(path_uuid) or path_uuid)):
         raise exception.Invalid(
             reason=f'PATCH /accelerator_requests/{path_uuid} takes a body '
                    f'about {path_uuid} only.')
     binds: dict[str, dict[str, Any]] = {}
     unbinds: list[str] = []
     for key, ops in body.items():
-        uuid = base.canonical_uuid(key)
+        uuid = schemas.canonical_uuid(key)
         if uuid is None:
             raise exception.Invalid(
                 reason=f'{schemas.shown(key)} is not an accelerator request '

@@ -2,7 +2,6 @@
 from typing import Any
 
 from cyborg.api import schemas
-from cyborg.api.controllers import base
 from cyborg.common import exception
 from cyborg.db.api import attributes
 
@@ -40,6 +39,6 @@ def validate_create(body: Any) -> dict[str, Any]:
                    '"deployable_id" (integer) and "deployable_uuid".')
     values = dict(body)
     if 'deployable_uuid' in values:
-        values['deployable_uuid'] = base.check_uuid(
+        values['deployable_uuid'] = schemas.check_uuid(
             values['deployable_uuid'], 'deployable_uuid')
     return values

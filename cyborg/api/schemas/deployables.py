@@ -2,7 +2,6 @@
 from typing import Any
 
 from cyborg.api import schemas
-from cyborg.api.controllers import base
 
 # [{"path": "/program", "op": "replace", "value": [{"image_uuid": u}]}]
 PROGRAM_SCHEMA: dict[str, Any] = {
@@ -36,4 +35,4 @@ def validate_program(body: Any) -> str:
     """The image uuid of a program PATCH body, in canonical form: the
     deployable keeps it in a uuid column."""
     schemas.validate(PROGRAM_SCHEMA, body, 'Program request')
-    return base.check_uuid(body[0]['value'][0]['image_uuid'], 'image_uuid')
+    return schemas.check_uuid(body[0]['value'][0]['image_uuid'], 'image_uuid')

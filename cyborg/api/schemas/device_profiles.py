@@ -4,9 +4,7 @@ import re
 from typing import Any
 
 from cyborg.api import schemas
-from cyborg.api.controllers import base
 from cyborg.common import exception
-from cyborg.conf import CONF
 from cyborg.db.api import device_profiles
 from cyborg.db.api import query
 
@@ -92,8 +90,8 @@ def _group(index: int, group: dict[str, Any]) -> dict[str, str]:
                        f'"{prefix}:" has at most {KEY_NAME_MAX} '
                        'characters.')
         if prefix == 'resources' and sep:
-            key, value = f'resources:{name}', _resource(where, name,
-                                                         raw_value)
+            key = f'resources:{name}'
+            value = _resource(where, name, raw_value)
         elif prefix == 'trait' and sep:
             if not TRAIT_RE.fullmatch(name):
                 raise exception.Invalid(
@@ -113,7 +111,7 @@ def _group(index: int, group: dict[str, Any]) -> dict[str, str]:
                            'characters.')
             if key == 'accel:bitstream_id':
                 # A Glance image; deployables keep it in a uuid column.
-                value = base.check_uuid(value, f'{where}: {key}')
+                value = schemas.check_uuid(value, f'{where}: {key}')
         else:
             raise exception.Invalid(
                 reason=f'{where}: unknown key {schemas.shown(raw_key)}; '
@@ -133,15 +131,19 @@ def _group(index: int, group: dict[str, Any]) -> dict[str, str]:
     return result
 
 
-def _groups(groups: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """The normalised groups, within every limit, or Invalid."""
-    most = CONF.api.max_groups_per_profile
+def _groups(groups: list[dict[str, Any]], limits: Any
+            ) -> list[dict[str, str]]:
+    """The normalised groups, within the ``[api]`` ``limits``, or
+    Invalid."""
+    most = limits.max_groups_per_profile
     if len(groups) > most:
         raise exception.Invalid(
             reason=f'A device profile has at most {most} groups ([api] '
                    f'max_groups_per_profile), not {len(groups)}.')
     result = [_group(i, g) for i, g in enumerate(groups)]
-    problem = device_profiles.too_many_accelerators(result)
+    problem = device_profiles.too_many_accelerators(
+        result, limits.max_accelerators_per_group,
+        limits.max_accelerators_per_profile)
     if problem:
         raise exception.Invalid(reason=f'Device profile: {problem}')
     # As the groups column stores them: JSON in ASCII, one byte a character.
@@ -153,12 +155,14 @@ def _groups(groups: list[dict[str, Any]]) -> list[dict[str, str]]:
     return result
 
 
-def validate_create(body: Any) -> dict[str, Any]:
+def validate_create(body: Any, strict: bool,
+                    limits: Any) -> dict[str, Any]:
     """The profile to create from a POST body, or an error.
 
     Missing or empty names and groups, and an over-long name, are 500 before
     microversion 2.4 (the clients of those versions expect it) and 400
-    from 2.4 on; everything else is 400 at every version.
+    from 2.4 on (``strict``); everything else is 400 at every version.
+    ``limits`` is the ``[api]`` group of the app's configuration.
     """
     if not isinstance(body, list) or len(body) != 1:
         raise exception.Invalid(
@@ -171,21 +175,24 @@ def validate_create(body: Any) -> dict[str, Any]:
     schemas.validate(PROFILE_SCHEMA, profile, 'Device profile')
     name = profile.get('name')
     if not name:
-        raise base.legacy_error('A device profile needs a non-empty name.')
+        raise schemas.legacy_error(
+            'A device profile needs a non-empty name.', strict)
     if len(name) > NAME_MAX:
-        raise base.legacy_error(
-            f'A device profile name has at most {NAME_MAX} characters.')
+        raise schemas.legacy_error(
+            f'A device profile name has at most {NAME_MAX} characters.',
+            strict)
     if not NAME_RE.fullmatch(name):
         raise exception.Invalid(
             reason=f'Device profile name {schemas.shown(name)} may only '
                    'contain letters, digits, "-" and "_".')
     uuid = profile.get('uuid')
     if uuid is not None:
-        uuid = base.check_uuid(uuid, 'uuid')
+        uuid = schemas.check_uuid(uuid, 'uuid')
     groups = profile.get('groups')
     if not groups or not all(groups):
-        raise base.legacy_error(
-            'A device profile needs a non-empty list of non-empty groups.')
+        raise schemas.legacy_error(
+            'A device profile needs a non-empty list of non-empty groups.',
+            strict)
     return {'name': name, 'uuid': uuid,
             'description': profile.get('description'),
-            'groups': _groups(groups)}
+            'groups': _groups(groups, limits)}

@@ -12,6 +12,7 @@ from oslo_utils import timeutils
 
 from cyborg import context as cyborg_context
 from cyborg.common import exception
+from cyborg.conf import CONF
 from cyborg.db import models
 from cyborg.db.api import device_profiles
 from cyborg.db.api import query
@@ -158,7 +159,9 @@ def create_many(context: cyborg_context.RequestContext,
             continue
         # A profile stored before the limits were lowered makes no more
         # requests than a new one could.
-        problem = device_profiles.too_many_accelerators(groups[profile_name])
+        problem = device_profiles.too_many_accelerators(
+            groups[profile_name], CONF.api.max_accelerators_per_group,
+            CONF.api.max_accelerators_per_profile)
         if problem:
             results.append(exception.Invalid(
                 reason=f'device profile {profile_name}: {problem}'))

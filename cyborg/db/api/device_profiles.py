@@ -8,7 +8,6 @@ from oslo_db import exception as db_exc
 
 from cyborg import context as cyborg_context
 from cyborg.common import exception
-from cyborg.conf import CONF
 from cyborg.db import models
 from cyborg.db.api import query
 from cyborg.db.api import reader
@@ -33,19 +32,19 @@ def accelerator_count(group: dict[str, str]) -> int:
                and key[len(RESOURCES):] not in AMOUNT_CLASSES)
 
 
-def too_many_accelerators(groups: list[dict[str, str]]) -> str | None:
-    """What is wrong when a group asks for more accelerators than [api]
-    max_accelerators_per_group, or all of them for more than
-    max_accelerators_per_profile (each accelerator is a request that every
-    instance of the profile creates); None when nothing is."""
-    per_group = CONF.api.max_accelerators_per_group
+def too_many_accelerators(groups: list[dict[str, str]], per_group: int,
+                          per_profile: int) -> str | None:
+    """What is wrong when a group asks for more accelerators than
+    ``per_group`` ([api] max_accelerators_per_group), or all of them for
+    more than ``per_profile`` ([api] max_accelerators_per_profile; each
+    accelerator is a request that every instance of the profile creates);
+    None when nothing is."""
     counts = [accelerator_count(group) for group in groups]
     for index, count in enumerate(counts):
         if count > per_group:
             return (f'groups/{index} asks for {count} accelerators; a '
                     f'group asks for at most {per_group} ([api] '
                     'max_accelerators_per_group).')
-    per_profile = CONF.api.max_accelerators_per_profile
     if sum(counts) > per_profile:
         return (f'the groups ask for {sum(counts)} accelerators; a device '
                 f'profile asks for at most {per_profile} ([api] '

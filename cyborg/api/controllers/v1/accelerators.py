@@ -4,20 +4,17 @@ A read-only view for tools written against v1: each deployable is an
 accelerator, its attributes gathered into ``acc_specs``. The v2 API
 (``/v2/deployables``, ``/v2/devices``) is the one to use.
 """
-from typing import Any
-
 from oslo_utils import uuidutils
 from pecan import rest
 from wsme import types as wtypes
 
 from cyborg.api.controllers import base
-from cyborg.api.controllers import link
 from cyborg.api.expose import expose
 from cyborg.common import exception
 from cyborg.db.api import accelerators
 
 
-class Accelerator(wtypes.Base):
+class Accelerator(base.Resource):
     """A deployable with its device's type, vendor and host."""
 
     uuid = wtypes.text
@@ -30,20 +27,9 @@ class Accelerator(wtypes.Base):
     num_accelerators = int
     # The deployable's attributes, e.g. {"rc": "FPGA", "trait0": ...}.
     acc_specs = wtypes.DictType(wtypes.text, wtypes.text)
-    links = base.LIST_OF_STRING_DICTS
-    created_at = wtypes.text
-    updated_at = wtypes.text
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> 'Accelerator':
-        fields = {k: values[k] for k in (
-            'uuid', 'name', 'device_uuid', 'device_type', 'vendor', 'host',
-            'hostname', 'num_accelerators', 'acc_specs')}
-        return cls(links=[link.make_link('self', 'v1', 'accelerators',
-                                         values['uuid'])],
-                   created_at=base.timestamp(values['created_at']),
-                   updated_at=base.timestamp(values['updated_at']),
-                   **fields)
+    links = base.links_field('v1', 'accelerators')
+    created_at = base.timestamp_field()
+    updated_at = base.timestamp_field()
 
 
 class AcceleratorCollection(wtypes.Base):

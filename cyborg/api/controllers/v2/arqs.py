@@ -9,20 +9,18 @@ from pecan import rest
 from wsme import types as wtypes
 
 from cyborg import context as cyborg_context
-from cyborg.api import policy
+from cyborg.api import schemas
 from cyborg.api.controllers import base
-from cyborg.api.controllers import link
 from cyborg.api.expose import expose
 from cyborg.api.schemas import arqs as schema
 from cyborg.common import exception
-from cyborg.conf import CONF
 from cyborg.db.api import arqs as arq_db
 
 SERVICE_TOKEN_MESSAGE = ('This operation requires a service token. Use the '
                          'Compute API to manage instance accelerators.')
 
 
-class ARQ(wtypes.Base):
+class ARQ(base.Resource):
     """An accelerator request as the API shows it."""
 
     uuid = wtypes.text
@@ -36,23 +34,9 @@ class ARQ(wtypes.Base):
     attach_handle_type = wtypes.text
     attach_handle_uuid = wtypes.text
     attach_handle_info = {wtypes.text: wtypes.text}
-    links = base.LIST_OF_STRING_DICTS
-    created_at = wtypes.text
-    updated_at = wtypes.text
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> 'ARQ':
-        fields = {k: values[k] for k in (
-            'uuid', 'state', 'device_profile_name',
-            'device_profile_group_id', 'hostname', 'device_rp_uuid',
-            'instance_uuid', 'project_id', 'attach_handle_type',
-            'attach_handle_uuid', 'attach_handle_info')}
-        return cls(created_at=base.timestamp(values['created_at']),
-                   updated_at=base.timestamp(values['updated_at']),
-                   links=[link.make_link('self', 'v2',
-                                         'accelerator_requests',
-                                         values['uuid'])],
-                   **fields)
+    links = base.links_field('v2', 'accelerator_requests')
+    created_at = base.timestamp_field()
+    updated_at = base.timestamp_field()
 
 
 class ARQCollection(wtypes.Base):
@@ -62,14 +46,14 @@ class ARQCollection(wtypes.Base):
 
 def _project_scope(ctx: cyborg_context.RequestContext) -> str | None:
     """None when the caller sees every project, else its own project."""
-    if policy.check(ctx, 'cyborg:arq:all_projects'):
+    if base.allowed('cyborg:arq:all_projects'):
         return None
     return ctx.project_id
 
 
 def _service_token_roles() -> set[str]:
     try:
-        return set(CONF.keystone_authtoken.service_token_roles)
+        return set(base.conf().keystone_authtoken.service_token_roles)
     except (cfg.NoSuchOptError, cfg.NoSuchGroupError):
         # keystonemiddleware registers its options only when it is used.
         return {'service'}
@@ -81,23 +65,24 @@ def _has_service_token(ctx: cyborg_context.RequestContext) -> bool:
 
 def _require_service_token(ctx: cyborg_context.RequestContext,
                            message: str = SERVICE_TOKEN_MESSAGE) -> None:
-    if CONF.api.require_service_token and not _has_service_token(ctx):
+    if (base.conf().api.require_service_token
+            and not _has_service_token(ctx)):
         raise exception.Forbidden(message)
 
 
 class ARQsController(rest.RestController):
 
     @expose(ARQCollection, body=base.jsontype,
-              status_code=HTTPStatus.CREATED)
+            status_code=HTTPStatus.CREATED)
     def post(self, body: Any) -> ARQCollection:
         ctx = base.authorize('cyborg:arq:create')
-        name = schema.validate_create(body)
+        name = schema.validate_create(body, base.strict())
         created = pecan.request.conductor_api.arq_create(
             ctx, name, ctx.project_id)
         return ARQCollection(arqs=[ARQ.from_dict(a) for a in created])
 
     @expose(ARQCollection, wtypes.text, wtypes.text, wtypes.text,
-              wtypes.text)
+            wtypes.text)
     def get_all(self, instance: str | None = None,
                 bind_state: str | None = None, limit: str | None = None,
                 marker: str | None = None) -> ARQCollection:
@@ -107,7 +92,7 @@ class ARQsController(rest.RestController):
             raise base.legacy_error(
                 f'bind_state must be "resolved", not {bind_state!r}.')
         if instance is not None:
-            instance = base.check_uuid(instance, 'instance')
+            instance = schemas.check_uuid(instance, 'instance')
         project = _project_scope(ctx)
         resolved = bind_state == 'resolved'
         if (resolved and instance is not None
@@ -130,20 +115,20 @@ class ARQsController(rest.RestController):
         return ARQ.from_dict(arq_db.get(ctx, uuid, _project_scope(ctx)))
 
     @expose(None, wtypes.text, body=base.jsontype,
-              status_code=HTTPStatus.ACCEPTED)
+            status_code=HTTPStatus.ACCEPTED)
     def patch(self, uuid: str | None = None, body: Any = None) -> None:
         ctx = base.authorize('cyborg:arq:update')
         binds, unbinds = schema.validate_patch(body, uuid)
         if any('project_id' in b for b in binds.values()):
             base.require_version(2, 1, 'The /project_id operation')
-            policy.authorize(ctx, 'cyborg:arq:set_project')
+            base.authorize('cyborg:arq:set_project')
         _require_service_token(ctx)
         # Every request must be visible to the caller: 404 otherwise.
         arq_db.get_by_uuids(ctx, list(binds) + unbinds, _project_scope(ctx))
         pecan.request.conductor_api.arq_apply_patch(ctx, binds, unbinds)
 
     @expose(None, wtypes.text, wtypes.text, wtypes.text,
-              status_code=HTTPStatus.NO_CONTENT)
+            status_code=HTTPStatus.NO_CONTENT)
     def delete(self, uuid: str | None = None, arqs: str | None = None,
                instance: str | None = None) -> None:
         ctx = base.authorize('cyborg:arq:delete')
@@ -156,15 +141,15 @@ class ARQsController(rest.RestController):
                 '<uuid> (or in the path), or ?instance=<uuid>; not both.')
         api = pecan.request.conductor_api
         if instance is not None:
-            instance = base.check_uuid(instance, 'instance')
+            instance = schemas.check_uuid(instance, 'instance')
             _require_service_token(ctx)
             project = _project_scope(ctx)
             mine = None
             if project is not None:
                 # Only the caller's requests go; none is fine, as for an
                 # instance nobody knows.
-                mine = [a['uuid'] for a in arq_db.get_all(ctx, project,
-                                                           instance)[0]]
+                found = arq_db.get_all(ctx, project, instance)[0]
+                mine = [a['uuid'] for a in found]
                 if not mine:
                     return
             api.arq_delete(ctx, uuids=mine, instance_uuid=instance,

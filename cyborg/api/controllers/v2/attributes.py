@@ -7,14 +7,13 @@ from pecan import rest
 from wsme import types as wtypes
 
 from cyborg.api.controllers import base
-from cyborg.api.controllers import link
 from cyborg.api.expose import expose
 from cyborg.api.schemas import attributes as schema
 from cyborg.common import exception
 from cyborg.db.api import attributes
 
 
-class Attribute(wtypes.Base):
+class Attribute(base.Resource):
     """An attribute as the API shows it."""
 
     uuid = wtypes.text
@@ -22,19 +21,9 @@ class Attribute(wtypes.Base):
     deployable_id = int
     key = wtypes.text
     value = wtypes.text
-    links = base.LIST_OF_STRING_DICTS
-    created_at = wtypes.text
-    updated_at = wtypes.text
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> 'Attribute':
-        return cls(uuid=values['uuid'],
-                   deployable_id=values['deployable_id'],
-                   key=values['key'], value=values['value'],
-                   links=[link.make_link('self', 'v2', 'attributes',
-                                         values['uuid'])],
-                   created_at=base.timestamp(values['created_at']),
-                   updated_at=base.timestamp(values['updated_at']))
+    links = base.links_field('v2', 'attributes')
+    created_at = base.timestamp_field()
+    updated_at = base.timestamp_field()
 
 
 class AttributeCollection(wtypes.Base):

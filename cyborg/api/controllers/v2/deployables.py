@@ -5,15 +5,15 @@ import pecan
 from pecan import rest
 from wsme import types as wtypes
 
+from cyborg.api import schemas
 from cyborg.api.controllers import base
-from cyborg.api.controllers import link
 from cyborg.api.expose import expose
 from cyborg.api.schemas import deployables as schema
 from cyborg.common import exception
 from cyborg.db.api import deployables
 
 
-class Deployable(wtypes.Base):
+class Deployable(base.Resource):
     """A deployable as the API shows it."""
 
     uuid = wtypes.text
@@ -28,23 +28,9 @@ class Deployable(wtypes.Base):
     rp_uuid = wtypes.text
     driver_name = wtypes.text
     bitstream_id = wtypes.text
-    links = base.LIST_OF_STRING_DICTS
-    created_at = wtypes.text
-    updated_at = wtypes.text
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> 'Deployable':
-        fields = {k: values[k] for k in (
-            'uuid', 'parent_id', 'root_id', 'name', 'num_accelerators',
-            'device_id', 'attributes_list', 'rp_uuid', 'driver_name',
-            'bitstream_id')}
-        return cls(links=[link.make_link('self', 'v2', 'deployables',
-                                         values['uuid']),
-                          link.make_link('bookmark', 'deployables',
-                                         values['uuid'])],
-                   created_at=base.timestamp(values['created_at']),
-                   updated_at=base.timestamp(values['updated_at']),
-                   **fields)
+    links = base.links_field('v2', 'deployables', bookmark=True)
+    created_at = base.timestamp_field()
+    updated_at = base.timestamp_field()
 
 
 class DeployableCollection(wtypes.Base):
@@ -88,7 +74,8 @@ class DeployablesController(rest.RestController):
         ctx = base.authorize('cyborg:deployable:program')
         if action != 'program' or (
                 again is not None
-                and base.canonical_uuid(again) != base.canonical_uuid(uuid)):
+                and schemas.canonical_uuid(again)
+                != schemas.canonical_uuid(uuid)):
             raise exception.NotFound(
                 'The only PATCH of a deployable is '
                 'PATCH /deployables/{uuid}/program.')

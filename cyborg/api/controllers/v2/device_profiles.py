@@ -6,34 +6,24 @@ import pecan
 from pecan import rest
 from wsme import types as wtypes
 
+from cyborg.api import schemas
 from cyborg.api.controllers import base
-from cyborg.api.controllers import link
 from cyborg.api.expose import expose
 from cyborg.api.schemas import device_profiles as schema
 from cyborg.common import exception
 from cyborg.db.api import device_profiles
 
 
-class DeviceProfile(wtypes.Base):
+class DeviceProfile(base.Resource):
     """A device profile as the API shows it."""
 
     uuid = wtypes.text
     name = wtypes.text
     description = wtypes.text
     groups = base.LIST_OF_STRING_DICTS
-    created_at = wtypes.text
-    updated_at = wtypes.text
-    links = base.LIST_OF_STRING_DICTS
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> 'DeviceProfile':
-        return cls(uuid=values['uuid'], name=values['name'],
-                   description=values['description'],
-                   groups=values['groups'],
-                   created_at=base.timestamp(values['created_at']),
-                   updated_at=base.timestamp(values['updated_at']),
-                   links=[link.make_link('self', 'v2', 'device_profiles',
-                                         values['uuid'])])
+    created_at = base.timestamp_field()
+    updated_at = base.timestamp_field()
+    links = base.links_field('v2', 'device_profiles')
 
 
 class DeviceProfileCollection(wtypes.Base):
@@ -50,10 +40,10 @@ class DeviceProfileEnvelope(wtypes.Base):
 class DeviceProfilesController(rest.RestController):
 
     @expose(DeviceProfile, body=base.jsontype,
-              status_code=HTTPStatus.CREATED)
+            status_code=HTTPStatus.CREATED)
     def post(self, body: Any) -> DeviceProfile:
         ctx = base.authorize('cyborg:device_profile:create')
-        values = schema.validate_create(body)
+        values = schema.validate_create(body, base.strict(), base.conf().api)
         try:
             created = pecan.request.conductor_api.device_profile_create(
                 ctx, values)
@@ -65,7 +55,7 @@ class DeviceProfilesController(rest.RestController):
         return DeviceProfile.from_dict(created)
 
     @expose(DeviceProfileCollection, wtypes.text, wtypes.text,
-              wtypes.text)
+            wtypes.text)
     def get_all(self, name: str | None = None, limit: str | None = None,
                 marker: str | None = None) -> DeviceProfileCollection:
         ctx = base.authorize('cyborg:device_profile:get_all')
@@ -81,7 +71,7 @@ class DeviceProfilesController(rest.RestController):
     @expose(DeviceProfileEnvelope, wtypes.text)
     def get_one(self, uuid_or_name: str) -> DeviceProfileEnvelope:
         ctx = base.authorize('cyborg:device_profile:get_one')
-        uuid = base.canonical_uuid(uuid_or_name)
+        uuid = schemas.canonical_uuid(uuid_or_name)
         if uuid is not None:
             found = device_profiles.get(ctx, uuid=uuid)
         else:
@@ -91,7 +81,7 @@ class DeviceProfilesController(rest.RestController):
             device_profile=DeviceProfile.from_dict(found))
 
     @expose(None, wtypes.text, wtypes.text,
-              status_code=HTTPStatus.NO_CONTENT)
+            status_code=HTTPStatus.NO_CONTENT)
     def delete(self, uuid_or_name: str | None = None,
                value: str | None = None) -> None:
         ctx = base.authorize('cyborg:device_profile:delete')
@@ -103,7 +93,7 @@ class DeviceProfilesController(rest.RestController):
                 reason='Name the device profiles to delete: '
                        'DELETE /device_profiles/{uuid or name} or '
                        'DELETE /device_profiles?value=name1,name2.')
-        canonical = [(item, base.canonical_uuid(item)) for item in items]
+        canonical = [(item, schemas.canonical_uuid(item)) for item in items]
         uuids = [uuid for _, uuid in canonical if uuid is not None]
         names = [item for item, uuid in canonical if uuid is None]
         pecan.request.conductor_api.device_profile_delete(ctx, uuids, names)

@@ -1,13 +1,11 @@
 """/v2/devices: list and show devices, take them out of scheduling."""
 from http import HTTPStatus
-from typing import Any
 
 import pecan
 from pecan import rest
 from wsme import types as wtypes
 
 from cyborg.api.controllers import base
-from cyborg.api.controllers import link
 from cyborg.api.expose import expose
 from cyborg.db.api import devices
 
@@ -15,7 +13,7 @@ from cyborg.db.api import devices
 STATUS_VERSION = (2, 3)
 
 
-class Device(wtypes.Base):
+class Device(base.Resource):
     """A device as the API shows it; ``status`` from microversion 2.3."""
 
     uuid = wtypes.text
@@ -26,25 +24,10 @@ class Device(wtypes.Base):
     std_board_info = wtypes.text
     vendor_board_info = wtypes.text
     hostname = wtypes.text
-    status = wtypes.text
-    links = base.LIST_OF_STRING_DICTS
-    created_at = wtypes.text
-    updated_at = wtypes.text
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> 'Device':
-        device = cls(uuid=values['uuid'], type=values['type'],
-                     vendor=values['vendor'], model=values['model'],
-                     std_board_info=values['std_board_info'],
-                     vendor_board_info=values['vendor_board_info'],
-                     hostname=values['hostname'],
-                     links=[link.make_link('self', 'v2', 'devices',
-                                           values['uuid'])],
-                     created_at=base.timestamp(values['created_at']),
-                     updated_at=base.timestamp(values['updated_at']))
-        if base.version_at_least(*STATUS_VERSION):
-            device.status = values['status']
-        return device
+    status = base.Field(wtypes.text, since=STATUS_VERSION)
+    links = base.links_field('v2', 'devices')
+    created_at = base.timestamp_field()
+    updated_at = base.timestamp_field()
 
 
 class DeviceCollection(wtypes.Base):

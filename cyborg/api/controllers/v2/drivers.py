@@ -1,7 +1,5 @@
 """/v2/drivers (microversion 2.5): what each agent's drivers found, and
 how they last fared."""
-from typing import Any
-
 from pecan import rest
 from wsme import types as wtypes
 
@@ -9,12 +7,11 @@ from cyborg.api import schemas
 from cyborg.api.controllers import base
 from cyborg.api.expose import expose
 from cyborg.common import exception
-from cyborg.conf import CONF
 from cyborg.db import models
 from cyborg.db.api import drivers
 
 
-class Driver(wtypes.Base):
+class Driver(base.Resource):
     """One driver on one agent host: what it reported there, and its
     state.
 
@@ -34,23 +31,12 @@ class Driver(wtypes.Base):
     # the first failure in a row).
     state = wtypes.text
     error = wtypes.text
-    since = wtypes.text
+    since = base.timestamp_field()
     # 'up' or 'down' (no heartbeat for [DEFAULT] service_down_time: the
     # state is the last one the agent reported); null when no agent of
     # the host ever registered.
-    agent_state = wtypes.text
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> 'Driver':
-        alive = values['agent_alive']
-        return cls(
-            host=values['host'], hostname=values['hostname'],
-            driver_name=values['driver_name'], devices=values['devices'],
-            deployables=values['deployables'],
-            accelerators=values['accelerators'], state=values['state'],
-            error=values['error'], since=base.timestamp(values['since']),
-            agent_state=None if alive is None else
-            ('up' if alive else 'down'))
+    agent_state = base.Field(wtypes.text, source='agent_alive',
+                             convert=base.up_or_down)
 
 
 class DriverCollection(wtypes.Base):
@@ -72,6 +58,6 @@ class DriversController(rest.RestController):
                        f'{schemas.shown(state)}.')
         found = drivers.get_all(ctx, host=host, driver_name=driver_name,
                                 state=state,
-                                down_time=CONF.service_down_time)
+                                down_time=base.conf().service_down_time)
         return DriverCollection(drivers=[Driver.from_dict(d)
                                          for d in found])

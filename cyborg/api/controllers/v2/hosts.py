@@ -1,6 +1,5 @@
 """/v2/hosts/{host}/discover (microversion 2.5): make an agent report now."""
 from http import HTTPStatus
-from typing import Any
 
 import pecan
 from pecan import rest
@@ -10,24 +9,23 @@ from cyborg.api.controllers import base
 from cyborg.api.expose import expose
 
 
-class Discovery(wtypes.Base):
+def _count() -> base.Field:
+    # 0 for a count the agent's answer lacks.
+    return base.Field(int, default=0)
+
+
+class Discovery(base.Resource):
     """What the agent's report changed in the database."""
 
     host = wtypes.text
-    devices_added = int
-    devices_updated = int
-    devices_removed = int
+    devices_added = _count()
+    devices_updated = _count()
+    devices_removed = _count()
     # Devices the host no longer reports but instances still hold.
-    kept_in_use = int
+    kept_in_use = _count()
     # Resource providers still to be written to placement; -1 when the
     # placement sync failed (the periodic sync tries again).
-    placement_pending = int
-
-    @classmethod
-    def from_dict(cls, host: str, values: dict[str, Any]) -> 'Discovery':
-        return cls(host=host, **{name: values.get(name, 0) for name in (
-            'devices_added', 'devices_updated', 'devices_removed',
-            'kept_in_use', 'placement_pending')})
+    placement_pending = _count()
 
 
 class HostsController(rest.RestController):
@@ -44,4 +42,4 @@ class HostsController(rest.RestController):
         """
         ctx = base.authorize('cyborg:host:discover')
         result = pecan.request.conductor_api.host_discover(ctx, host)
-        return Discovery.from_dict(host, result)
+        return Discovery.from_dict(dict(result, host=host))

@@ -1,17 +1,14 @@
 """/v2/services (microversion 2.5): the conductors and agents, up or down."""
-from typing import Any
-
 from pecan import rest
 from wsme import types as wtypes
 
 from cyborg.api.controllers import base
 from cyborg.api.expose import expose
-from cyborg.conf import CONF
 from cyborg.db import models
 from cyborg.db.api import services
 
 
-class Service(wtypes.Base):
+class Service(base.Resource):
     """A conductor or an agent, as its heartbeats describe it."""
 
     # Services have no uuid; ``id`` is the marker of the next page.
@@ -21,18 +18,9 @@ class Service(wtypes.Base):
     hostname = wtypes.text
     version = wtypes.text
     # ``down`` once no heartbeat came for [DEFAULT] service_down_time.
-    state = wtypes.text
-    last_seen_at = wtypes.text
-    created_at = wtypes.text
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> 'Service':
-        return cls(id=values['id'], host=values['host'],
-                   binary=values['binary'], hostname=values['hostname'],
-                   version=values['version'],
-                   state='up' if values['alive'] else 'down',
-                   last_seen_at=base.timestamp(values['last_seen_at']),
-                   created_at=base.timestamp(values['created_at']))
+    state = base.Field(wtypes.text, source='alive', convert=base.up_or_down)
+    last_seen_at = base.timestamp_field()
+    created_at = base.timestamp_field()
 
 
 class ServiceCollection(wtypes.Base):
@@ -50,7 +38,8 @@ class ServicesController(rest.RestController):
         ctx = base.authorize('cyborg:service:get_all')
         page = base.Page(limit, marker, id_column=models.Service.id)
         found, more = services.get_page(
-            ctx, binary=binary, host=host, down_time=CONF.service_down_time,
+            ctx, binary=binary, host=host,
+            down_time=base.conf().service_down_time,
             size=page.size, marker=page.marker)
         return page.collection(ServiceCollection, 'services', Service,
                                'services', found, more)

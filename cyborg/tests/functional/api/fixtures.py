@@ -10,9 +10,8 @@ import webtest
 from cyborg import context as cyborg_context
 from cyborg.accelerator.drivers import fake
 from cyborg.api import app
-from cyborg.api import policy
 from cyborg.common import rpc
-from cyborg.common import service
+from cyborg.common import rpc_service
 from cyborg.conductor import manager
 from cyborg.db.api import inventory
 
@@ -42,7 +41,7 @@ class API:
 
     app: webtest.TestApp
     conf: Any
-    conductor: service.Service
+    conductor: rpc_service.RPCService
 
     def stop_conductor(self) -> None:
         self.conductor.stop()
@@ -73,8 +72,8 @@ def _api(conf, engine) -> Iterator[API]:
     conf.set_override('auth_strategy', 'noauth', 'api')
     rpc.set_defaults(control_exchange=f'cyborg-api-{uuid.uuid4().hex[:8]}')
     rpc.init(conf, url='fake://')
-    conductor = service.Service(rpc.CONDUCTOR_TOPIC, 'test-conductor',
-                                [manager.ConductorManager(conf)])
+    conductor = rpc_service.RPCService(rpc.CONDUCTOR_TOPIC, 'test-conductor',
+                                       [manager.ConductorManager(conf)])
     conductor.start()
     try:
         yield API(webtest.TestApp(app.setup_app(conf)), conf, conductor)
@@ -82,7 +81,6 @@ def _api(conf, engine) -> Iterator[API]:
         conductor.stop()
         rpc.cleanup()
         rpc.set_defaults()
-        policy.reset()
 
 
 @pytest.fixture

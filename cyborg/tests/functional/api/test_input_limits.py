@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from cyborg import context as cyborg_context
-from cyborg.api.controllers import base
+from cyborg.api import schemas as validation
 from cyborg.api.schemas import arqs as arq_schema
 from cyborg.api.schemas import device_profiles as dp_schema
 from cyborg.common import exception
@@ -399,7 +399,7 @@ def test_json_integers_are_integers(api):
 
 def test_lists_in_a_query_are_bounded(api):
     api.dp('keep')
-    names = ','.join(f'n{i}' for i in range(base.LIST_MAX + 1))
+    names = ','.join(f'n{i}' for i in range(validation.LIST_MAX + 1))
     for method, path in (('DELETE', f'/v2/device_profiles?value={names}'),
                          ('GET', f'/v2/device_profiles?name={names}'),
                          ('DELETE', f'/v2/accelerator_requests?arqs='
@@ -407,7 +407,7 @@ def test_lists_in_a_query_are_bounded(api):
         response = api.app.request(path, method=method, headers=ADMIN,
                                    expect_errors=True)
         assert response.status_int == 400, (path[:40], response.text)
-        assert f'at most {base.LIST_MAX}' in _fault(response)
+        assert f'at most {validation.LIST_MAX}' in _fault(response)
     assert len(_profiles(api)) == 1
 
 
@@ -448,7 +448,7 @@ def test_the_openapi_document_states_the_limits(conf):
     assert attribute['value']['maxLength'] == query.max_bytes(
         models.Attribute.value)
     patch = schemas['ARQPatch']
-    assert patch['maxProperties'] == base.LIST_MAX
+    assert patch['maxProperties'] == validation.LIST_MAX
     assert patch['additionalProperties']['maxItems'] == len(
         arq_schema.PATCH_PATHS)
     assert patch['additionalProperties']['items']['properties']['value'][
