@@ -69,6 +69,8 @@ class _Outages:
     which pecan must keep seeing as (self, *args, **kwargs).
     """
 
+    __wrapped__: Callable[..., Any]
+
     def __init__(self, function: Callable) -> None:
         functools.update_wrapper(self, function)
 

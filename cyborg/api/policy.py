@@ -109,7 +109,7 @@ def make_enforcer(conf: cfg.ConfigOpts) -> Enforcer:
     names."""
     set_defaults(conf)
     enforcer = Enforcer(conf)
-    enforcer.register_defaults(policies.list_policies())
+    enforcer.register_defaults(list(policies.list_policies()))
     return enforcer
 
 

@@ -1,4 +1,7 @@
 """Loading the drivers named in ``[agent] enabled_drivers`` with stevedore."""
+from typing import Any
+from typing import cast
+
 import stevedore
 from oslo_config import cfg
 
@@ -24,14 +27,16 @@ def load_drivers(conf: cfg.ConfigOpts) -> list[AcceleratorDriver]:
     if unknown:
         raise exception.DriverNotFound(names=', '.join(unknown),
                                        available=', '.join(available))
+    manager: stevedore.NamedExtensionManager[AcceleratorDriver]
     manager = stevedore.NamedExtensionManager(
         NAMESPACE, names, invoke_on_load=True, invoke_args=(conf,),
         name_order=True, propagate_map_exceptions=True,
         on_load_failure_callback=_raise_load_failure)
-    return [ext.obj for ext in manager]
+    # invoke_on_load: every extension holds its driver.
+    return [cast(AcceleratorDriver, ext.obj) for ext in manager]
 
 
-def _raise_load_failure(manager: object, entrypoint: object,
-                        error: Exception) -> None:
+def _raise_load_failure(manager: Any, entrypoint: Any,
+                        error: BaseException) -> None:
     raise exception.DriverError(driver=getattr(entrypoint, 'name', '?'),
                                 reason=f'cannot be loaded: {error}')

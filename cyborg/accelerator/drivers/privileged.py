@@ -63,7 +63,10 @@ def execute(argv: Sequence[str], *, action: str, device: str,
     try:
         stdout, stderr = processutils.execute(
             *argv, run_as_root=bool(root_helper), root_helper=root_helper,
-            timeout=timeout, on_execute=started.append,
+            # Annotated int, but handed to Popen.communicate, which takes
+            # any number of seconds.
+            timeout=timeout,  # type: ignore[arg-type]
+            on_execute=started.append,
             process_input=process_input)
     except processutils.ProcessExecutionError as exc:
         output = _tail(exc.stderr or '') or _tail(exc.stdout or '')

@@ -2,6 +2,7 @@
 import json
 import re
 from typing import Any
+from typing import cast
 
 from cyborg.api import schemas
 from cyborg.common import exception
@@ -13,7 +14,9 @@ DP = device_profiles.DP
 # Every pattern here is matched with fullmatch: "$" would also match
 # before a trailing newline.
 NAME_RE = re.compile(r'[a-zA-Z0-9_-]+')
-NAME_MAX = query.max_chars(DP.name)
+# A String(n) column, so a number of characters (max_chars says None only
+# for Text).
+NAME_MAX = cast(int, query.max_chars(DP.name))
 DESCRIPTION_MAX = 4096
 # Placement's standard resource classes that make sense for a device.
 STANDARD_RESOURCE_CLASSES = frozenset([
@@ -146,8 +149,9 @@ def _groups(groups: list[dict[str, Any]], limits: Any
         limits.max_accelerators_per_profile)
     if problem:
         raise exception.Invalid(reason=f'Device profile: {problem}')
-    # As the groups column stores them: JSON in ASCII, one byte a character.
-    size, room = len(json.dumps(result)), query.max_bytes(DP.groups)
+    # As the groups column (Text) stores them: JSON in ASCII, one byte a
+    # character.
+    size, room = len(json.dumps(result)), cast(int, query.max_bytes(DP.groups))
     if size > room:
         raise exception.Invalid(
             reason=f'The groups take {size} bytes as JSON; a device profile '
