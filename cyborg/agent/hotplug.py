@@ -28,8 +28,9 @@ LOG = logging.getLogger(__name__)
 ACTIONS = frozenset(('add', 'remove', 'bind', 'unbind', 'change'))
 
 Event = tuple[str, Any]
-# How long a udev poll blocks, so that stop() is noticed.
+# How long a udev poll blocks, so that the reader notices stop().
 _POLL_SECONDS = 1.0
+_DEBOUNCE_THREAD = 'hotplug-debounce'
 
 
 def netlink_sources(context: pyudev.Context) -> list[str]:
@@ -132,7 +133,7 @@ class HotplugMonitor:
             threading.Thread(target=self._read, args=(events,),
                              name='hotplug-events', daemon=True),
             threading.Thread(target=self._debounce,
-                             name='hotplug-debounce', daemon=True)]
+                             name=_DEBOUNCE_THREAD, daemon=True)]
         for thread in self._threads:
             thread.start()
         LOG.debug('Watching PCI hot-plug events (debounce %ss).',
@@ -140,12 +141,17 @@ class HotplugMonitor:
         return True
 
     def stop(self, timeout: float = 5) -> None:
+        """Return once ``trigger`` can no longer be called."""
         self._stopping.set()
         with self._cond:
             self._cond.notify_all()
+        # Only the debounce thread calls trigger. The reader, a daemon, only
+        # counts events: it ends at its next poll (up to _POLL_SECONDS) or,
+        # on an injected source, its next event, and the agent's stop does
+        # not wait for that.
         for thread in self._threads:
-            # An injected source may block; its thread is a daemon.
-            thread.join(timeout)
+            if thread.name == _DEBOUNCE_THREAD:
+                thread.join(timeout)
         self._threads = []
 
     def _read(self, events: Iterable[Event]) -> None:

@@ -10,16 +10,16 @@ from cyborg.agent import hotplug
 from cyborg.agent import manager
 from cyborg.agent import resource_tracker
 from cyborg.common import rpc
-from cyborg.common import service
+from cyborg.common import rpc_service
 from cyborg.conductor import rpcapi as conductor_rpcapi
 
 
-class AgentService(service.Service):
+class AgentService(rpc_service.RPCService):
     """The agent's RPC server and periodic tasks, started once the mdevs of
     the cache exist again, with the hot-plug monitor alongside."""
 
     def __init__(self, agent: manager.AgentManager,
-                 tasks: list[service.PeriodicTask],
+                 tasks: list[rpc_service.PeriodicTask],
                  monitor: hotplug.HotplugMonitor | None) -> None:
         super().__init__(rpc.AGENT_TOPIC, agent.conf.host, [agent], tasks)
         self.agent = agent
@@ -56,8 +56,9 @@ def build(conf: cfg.ConfigOpts,
     tracker = resource_tracker.ResourceTracker(conf, loaded, conductor_api,
                                                cache=cache)
     agent = manager.AgentManager(conf, tracker, conductor_api)
-    report = service.PeriodicTask('agent-report', agent.periodic_report,
-                                  conf.agent.periodic_interval)
+    report = rpc_service.PeriodicTask('agent-report',
+                                      agent.periodic_report,
+                                      conf.agent.periodic_interval)
     monitor = None
     if conf.agent.hotplug:
         monitor = hotplug.HotplugMonitor(report.trigger,
@@ -66,6 +67,6 @@ def build(conf: cfg.ConfigOpts,
     return AgentService(
         agent,
         [report,
-         service.PeriodicTask('agent-heartbeat', agent.heartbeat,
-                              conf.heartbeat_interval)],
+         rpc_service.PeriodicTask('agent-heartbeat', agent.heartbeat,
+                                  conf.heartbeat_interval)],
         monitor)

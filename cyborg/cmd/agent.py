@@ -6,8 +6,6 @@ from cyborg.accelerator import drivers
 from cyborg.agent import service as agent_service
 from cyborg.cmd import common
 from cyborg.common import exception
-from cyborg.common import rpc
-from cyborg.common import service
 from cyborg.conf import CONF
 
 
@@ -18,12 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     except (exception.DriverNotFound, exception.DriverError) as exc:
         print(f'cyborg-agent: {exc}', file=sys.stderr)
         return 2
-    rpc.init(CONF)
-    try:
-        service.run([agent_service.build(CONF, loaded)])
-    finally:
-        rpc.cleanup()
-    return 0
+    return common.launch(lambda: agent_service.build(CONF, loaded))
 
 
 if __name__ == '__main__':

@@ -3,16 +3,20 @@
 Everything stays on this machine: an SQLite database under the state
 directory, oslo.messaging's in-process transport, the fake driver and,
 when openstack-placement is installed, a real placement service that the
-conductor publishes the fake devices to (``aio_placement``).
+conductor publishes the fake devices to (``aio_placement``). The services
+are those cyborg-conductor, cyborg-agent and cyborg-api launch, started and
+stopped here directly: in-process RPC cannot cross a launcher's fork.
 """
 import argparse
 import os
 import signal
+import socket
 import sys
 import threading
 import time
 
 from keystoneauth1 import exceptions as ks_exc
+from oslo_service import service
 
 import cyborg.cmd  # noqa: F401  (native threads first)
 from cyborg import context as cyborg_context
@@ -106,16 +110,6 @@ def _print_inventory(devices: list[dict]) -> None:
         print(f"  service {svc['binary']} on {svc['host']}: {state}")
 
 
-class _Closing:
-    """Stops an HTTP server along with the services."""
-
-    def __init__(self, server) -> None:
-        self.server = server
-
-    def stop(self) -> None:
-        self.server.close()
-
-
 def _start_placement(args: argparse.Namespace
                      ) -> aio_placement.EmbeddedPlacement | None:
     """Start placement and point the conductor at it, unless told not to
@@ -196,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *a: stop.set())
     # Started first: it prepares its database while cyborg does its own.
     placement = _start_placement(args)
-    running = []
+    running: list[service.ServiceBase] = []
     try:
         migration.upgrade('head', url=url)
         db_api.configure(CONF)
@@ -207,10 +201,12 @@ def main(argv: list[str] | None = None) -> int:
                     agent_service.build(CONF)):
             svc.start()
             running.append(svc)
-        server = api_cmd.create_server('127.0.0.1', args.port, 4)
-        threading.Thread(target=server.run, name='api', daemon=True).start()
-        running.append(_Closing(server))
-        endpoint = f'http://127.0.0.1:{server.effective_port}/v2'
+        sock = socket.create_server(('127.0.0.1', args.port))
+        api = api_cmd.APIService(sock, threads=4)
+        api.start()
+        threading.Thread(target=api.wait, name='api', daemon=True).start()
+        running.append(api)
+        endpoint = f'http://127.0.0.1:{sock.getsockname()[1]}/v2'
         print(f'cyborg-aio: database {url}, in-process RPC.')
         devices = _wait_for_devices(CONF.host)
         _print_inventory(devices)

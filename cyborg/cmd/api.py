@@ -1,38 +1,37 @@
 """cyborg-api: serves the REST API on [api] host_ip:port.
 
-With ``[api] workers`` above 1 the listening socket is opened once and
-shared by that many forked processes, each a multi-threaded waitress
-server with its own database pool and RPC transport: a Python process
-runs one thread at a time, so processes are what use several cores. The
-parent only supervises: it restarts a worker that dies and stops them all
-on SIGTERM or SIGINT.
+A thin launcher for small and test deployments; production runs the WSGI
+module ``cyborg.wsgi.api`` under uwsgi (see the install guide). With
+``[api] workers`` at 1 this one process serves; with more, oslo.service's
+ProcessLauncher runs that many worker processes on one listening socket
+opened before the fork, each a multi-threaded waitress server with its own
+database pool and RPC transport (a Python process runs one thread at a
+time: processes are what use several cores), restarts a worker that dies
+and stops them all on SIGTERM.
 """
-import logging
-import os
 import signal
 import socket
 import sys
-import time
+import threading
+import types
 
 import waitress
+from oslo_service import service
+from waitress.server import BaseWSGIServer
 
 import cyborg.cmd  # noqa: F401  (native threads first)
 from cyborg.api import app
 from cyborg.cmd import common
-from cyborg.common import rpc
 from cyborg.conf import CONF
-from cyborg.db import api as db_api
 
-LOG = logging.getLogger(__name__)
-
-# A worker that dies sooner than this after its start is not restarted
-# at once, so a worker that cannot start does not spin the supervisor.
-_RESTART_DELAY = 1.0
+# Connections the kernel queues until a process accepts one, as waitress
+# asks once it serves the socket.
+_BACKLOG = 1024
 
 
 def create_server(host: str, port: int, threads: int,
                   sockets: list[socket.socket] | None = None
-                  ) -> waitress.server.BaseWSGIServer:
+                  ) -> BaseWSGIServer:
     """A multi-threaded HTTP server for the API, bound but not started.
 
     With ``sockets`` it serves those already-bound sockets instead of
@@ -57,101 +56,76 @@ def create_server(host: str, port: int, threads: int,
         **options)
 
 
-def _serve(sockets: list[socket.socket] | None = None) -> int:
-    """Run one API server in this process until it is told to stop."""
-    db_api.configure(CONF)
-    rpc.init(CONF)
-    server = create_server(CONF.api.host_ip, CONF.api.port,
-                           CONF.api.threads, sockets)
+class APIService(service.ServiceBase):
+    """The API's HTTP server on a socket bound beforehand, as an
+    oslo.service service: ``wait()`` serves until ``stop()``."""
 
-    def _stop(signum, frame):
+    def __init__(self, sock: socket.socket, threads: int) -> None:
+        self.sock = sock
+        self.threads = threads
+        self.server: BaseWSGIServer | None = None
+        self._ended = threading.Event()
+
+    def start(self) -> None:
+        self.server = create_server(CONF.api.host_ip, CONF.api.port,
+                                    self.threads, [self.sock])
+
+    def wait(self) -> None:
+        if self.server is not None:
+            self.server.run()
+            self._ended.set()
+
+    def stop(self) -> None:
+        server, self.server = self.server, None
+        if server is None:
+            return
+        # The serving thread closes its sockets itself: closed from here,
+        # a descriptor could be reused under its poll().
+        server.trigger.pull_trigger(server.close)
+        # Lets the requests being served end, for up to waitress' 5 s;
+        # run() did so already if SIGTERM interrupted it.
+        if not self._ended.is_set():
+            server.task_dispatcher.shutdown()
+
+    def reset(self) -> None:
+        """Nothing to reset: on SIGHUP the launcher starts a new process."""
+
+
+def _serve(api: common.Launched, address: str) -> int:
+    """Serve in this process until SIGTERM or SIGINT."""
+
+    def _stop(signum: int, frame: types.FrameType | None) -> None:
         raise SystemExit(0)
 
+    # Before the line that tells a supervisor the service is up.
     signal.signal(signal.SIGTERM, _stop)
-    # A forked worker inherits the supervisor's handler; Ctrl-C in a
-    # terminal reaches the whole process group.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    print(address, flush=True)
     try:
-        server.run()
+        api.start()
+        api.wait()
     except (KeyboardInterrupt, SystemExit):
         pass
     finally:
-        server.close()
-        rpc.cleanup()
-    return 0
-
-
-def _spawn(sock: socket.socket) -> int:
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            code = _serve([sock])
-        finally:
-            os._exit(code)
-    return pid
-
-
-class _Stop(Exception):
-    """Raised by the supervisor's signal handler to end its wait."""
-
-
-def _supervise(sock: socket.socket, workers: int) -> int:
-    """Keep ``workers`` processes serving ``sock`` until told to stop."""
-
-    def _stop(signum, frame):
-        # Raising is what interrupts waitpid(); a handler that returns
-        # lets the call resume (PEP 475).
-        raise _Stop()
-
-    started: dict[int, float] = {}
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    try:
-        for _ in range(workers):
-            started[_spawn(sock)] = time.monotonic()
-        while True:
-            pid, status = os.waitpid(-1, 0)
-            if pid not in started:
-                continue
-            lived = time.monotonic() - started.pop(pid)
-            LOG.error('API worker %d exited (status %d) after %.1fs; '
-                      'starting another.', pid, status, lived)
-            if lived < _RESTART_DELAY:
-                time.sleep(_RESTART_DELAY)
-            started[_spawn(sock)] = time.monotonic()
-    except _Stop:
-        pass
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for pid in started:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    for pid in started:
-        try:
-            os.waitpid(pid, 0)
-        except ChildProcessError:
-            pass
+        api.stop()
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     common.parse_args(sys.argv[1:] if argv is None else argv)
-    if CONF.api.workers == 1:
-        # Bind first so the address printed is the one served.
-        sock = socket.create_server((CONF.api.host_ip, CONF.api.port))
-        print(f'cyborg-api serving on http://{CONF.api.host_ip}:'
-              f'{sock.getsockname()[1]}', flush=True)
-        return _serve([sock])
+    workers = CONF.api.workers
+    # Bound first so that the address printed is the one served, and once
+    # for every worker process.
     sock = socket.create_server((CONF.api.host_ip, CONF.api.port),
-                                backlog=1024)
-    sock.set_inheritable(True)
-    print(f'cyborg-api serving on http://{CONF.api.host_ip}:'
-          f'{sock.getsockname()[1]} with {CONF.api.workers} worker '
-          'processes', flush=True)
-    return _supervise(sock, CONF.api.workers)
+                                backlog=_BACKLOG)
+    address = (f'cyborg-api serving on http://{CONF.api.host_ip}:'
+               f'{sock.getsockname()[1]}')
+    if workers == 1:
+        return _serve(common.Launched(
+            lambda: APIService(sock, CONF.api.threads), database=True),
+            address)
+    print(f'{address} with {workers} worker processes', flush=True)
+    return common.launch(lambda: APIService(sock, CONF.api.threads),
+                         database=True, workers=workers)
 
 
 if __name__ == '__main__':

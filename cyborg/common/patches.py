@@ -78,6 +78,22 @@ def poll_after_message(seconds: float) -> None:
     amqpdriver.ACK_REQUEUE_EVERY_SECONDS_MIN = seconds
 
 
+def poll_idle_at_most(seconds: float) -> None:
+    """Make an idle AMQP listener look up from its queue ``seconds`` apart
+    at most, so that stopping it never waits longer.
+
+    oslo.messaging's listeners block up to 5 s in one read and have no
+    option for it; ``cyborg.cmd.common.IDLE_POLL`` says what it costs. Read
+    after each empty poll. impl_rabbit bounds its kombu_reconnect_delay
+    option by 0.9 times this value when it is imported, and would refuse
+    that option's default of 1 s below 1.12 s: call it after the transport
+    was made, which imports impl_rabbit.
+    """
+    from oslo_messaging._drivers import amqpdriver
+
+    amqpdriver.ACK_REQUEUE_EVERY_SECONDS_MAX = seconds
+
+
 def transaction_factory(engine: Any, maker: Any, context_manager: Any) -> Any:
     """A factory for ``context_manager`` that uses ``engine`` and ``maker``.
 

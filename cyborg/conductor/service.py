@@ -4,7 +4,7 @@ from oslo_config import cfg
 from cyborg import context as cyborg_context
 from cyborg import version
 from cyborg.common import rpc
-from cyborg.common import service
+from cyborg.common import rpc_service
 from cyborg.conductor import manager
 from cyborg.conductor import placement_sync
 from cyborg.db.api import services
@@ -13,7 +13,7 @@ from cyborg.db.api import services
 STALE_BIND_INTERVAL = 60
 
 
-def build(conf: cfg.ConfigOpts) -> service.Service:
+def build(conf: cfg.ConfigOpts) -> rpc_service.RPCService:
     """A conductor service for ``conf.host``; rpc.init() must have run."""
 
     def heartbeat() -> None:
@@ -21,22 +21,22 @@ def build(conf: cfg.ConfigOpts) -> service.Service:
                            'cyborg-conductor', version.version_string())
 
     conductor = manager.ConductorManager(conf)
-    tasks = [service.PeriodicTask('conductor-heartbeat', heartbeat,
-                                  conf.heartbeat_interval),
-             service.PeriodicTask('conductor-stale-binds',
-                                  conductor.binder.fail_stale_binds,
-                                  STALE_BIND_INTERVAL)]
+    tasks = [rpc_service.PeriodicTask('conductor-heartbeat', heartbeat,
+                                      conf.heartbeat_interval),
+             rpc_service.PeriodicTask('conductor-stale-binds',
+                                      conductor.binder.fail_stale_binds,
+                                      STALE_BIND_INTERVAL)]
     if conductor.placement is not None:
-        tasks.append(service.PeriodicTask(
+        tasks.append(rpc_service.PeriodicTask(
             'placement-sync', conductor.placement.sync_pending,
             min(placement_sync.TICK, conf.placement.sync_interval)))
         # Cheap while placement answers: it then only reads a flag.
-        tasks.append(service.PeriodicTask(
+        tasks.append(rpc_service.PeriodicTask(
             'placement-probe', conductor.placement.probe,
             placement_sync.PROBE_TICK))
         if conf.placement.reconcile_interval:
-            tasks.append(service.PeriodicTask(
+            tasks.append(rpc_service.PeriodicTask(
                 'placement-reconcile', conductor.placement.reconcile,
                 conf.placement.reconcile_interval))
-    return service.Service(rpc.CONDUCTOR_TOPIC, conf.host, [conductor],
-                           tasks)
+    return rpc_service.RPCService(rpc.CONDUCTOR_TOPIC, conf.host,
+                                  [conductor], tasks)

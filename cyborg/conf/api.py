@@ -21,9 +21,11 @@ api_opts = [
         default=1,
         min=1,
         help='Processes cyborg-api runs when it serves HTTP itself, all '
-             'on one listening socket. One Python process uses one core '
-             'at a time, so set this to the number of cores the API may '
-             'use. Under a WSGI server such as uwsgi this is unused.'),
+             'on one listening socket; above 1, under oslo.service\'s '
+             'process launcher, which replaces one that dies. One Python '
+             'process uses one core at a time, so set this to the number '
+             'of cores the API may use. Under a WSGI server such as uwsgi, '
+             'as production deployments run the API, this is unused.'),
     cfg.IntOpt(
         'threads',
         default=8,

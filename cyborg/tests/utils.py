@@ -112,6 +112,8 @@ master = true
 lazy-apps = true
 enable-threads = true
 die-on-term = true
+need-app = true
+worker-reload-mercy = 10
 disable-logging = true
 env = OS_CYBORG_CONFIG_FILES={conf_file}
 """)

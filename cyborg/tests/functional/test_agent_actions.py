@@ -21,7 +21,7 @@ from cyborg.agent import service as agent_service
 from cyborg.common import exception
 from cyborg.common import glance_client
 from cyborg.common import rpc
-from cyborg.common import service
+from cyborg.common import rpc_service
 from cyborg.conductor import manager as conductor_manager
 from cyborg.db.api import inventory
 from cyborg.tests.fakes import fixtures
@@ -63,8 +63,9 @@ class SlowFakeDriver(fake.FakeDriver):
 
 @pytest.fixture
 def conductor(conf, rabbit_rpc, sqlite_engine):  # noqa: F811
-    svc = service.Service(rpc.CONDUCTOR_TOPIC, 'ctl-test',
-                          [conductor_manager.ConductorManager(conf)])
+    svc = rpc_service.RPCService(
+        rpc.CONDUCTOR_TOPIC, 'ctl-test',
+        [conductor_manager.ConductorManager(conf)])
     svc.start()
     yield svc
     svc.stop()

@@ -16,7 +16,7 @@ from cyborg import context as cyborg_context
 from cyborg.accelerator.drivers import fake
 from cyborg.agent import service as agent_service
 from cyborg.common import rpc
-from cyborg.common import service
+from cyborg.common import rpc_service
 from cyborg.conductor import binding
 from cyborg.conductor import manager as conductor_manager
 from cyborg.conductor import rpcapi as conductor_rpcapi
@@ -95,7 +95,7 @@ def stack(conf, rabbit_url, db_engine, fake_nova, fake_glance,
     placement_server.point_at(conf, placement_url)
     rpc.set_defaults(control_exchange=f'cyborg-test-{uuid.uuid4().hex[:8]}')
     rpc.init(conf, url=rabbit_url)
-    conductor = service.Service(
+    conductor = rpc_service.RPCService(
         rpc.CONDUCTOR_TOPIC, 'conductor-test',
         [conductor_manager.ConductorManager(conf)])
     driver = fake.FakeDriver(conf)

@@ -15,7 +15,7 @@ from cyborg.agent import resource_tracker
 from cyborg.common import device_report
 from cyborg.common import exception
 from cyborg.common import rpc
-from cyborg.common import service
+from cyborg.common import rpc_service
 from cyborg.conductor import manager as conductor_manager
 from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.db.api import drivers
@@ -174,7 +174,7 @@ def conductor_of(request, conf):
             control_exchange=f'cyborg-test-{uuid.uuid4().hex[:8]}')
         rpc.init(conf, url=url)
         endpoint = ConductorEndpoint(version, schema)
-        svc = service.Service(rpc.CONDUCTOR_TOPIC, 'ctl', [endpoint])
+        svc = rpc_service.RPCService(rpc.CONDUCTOR_TOPIC, 'ctl', [endpoint])
         svc.start()
         started.append(svc)
         return endpoint

@@ -11,7 +11,7 @@ from cyborg.agent import resource_tracker
 from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import exception
 from cyborg.common import rpc
-from cyborg.common import service
+from cyborg.common import rpc_service
 from cyborg.conductor import manager as conductor_manager
 from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.db.api import inventory
@@ -42,8 +42,9 @@ def rabbit_rpc(conf, rabbit_url):
 
 @pytest.fixture
 def conductor(conf, rabbit_rpc, db_engine):
-    svc = service.Service(rpc.CONDUCTOR_TOPIC, 'ctl-test',
-                          [conductor_manager.ConductorManager(conf)])
+    svc = rpc_service.RPCService(
+        rpc.CONDUCTOR_TOPIC, 'ctl-test',
+        [conductor_manager.ConductorManager(conf)])
     svc.start()
     yield svc
     svc.stop()
@@ -104,7 +105,7 @@ def test_conductor_asks_agent_to_discover(conf, conductor, db_engine):
     conductor_api = conductor_rpcapi.ConductorAPI(conf)
     tracker = resource_tracker.ResourceTracker(
         conf, [fake.FakeDriver(conf)], conductor_api)
-    agent = service.Service(
+    agent = rpc_service.RPCService(
         rpc.AGENT_TOPIC, 'cmp7',
         [agent_manager.AgentManager(conf, tracker, conductor_api)])
     agent.start()

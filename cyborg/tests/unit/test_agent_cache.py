@@ -16,7 +16,7 @@ from cyborg.agent import resource_tracker
 from cyborg.agent import service as agent_service
 from cyborg.common import exception
 from cyborg.common import rpc
-from cyborg.common import service
+from cyborg.common import rpc_service
 
 MDEV_A = '0b5e2c1a-7d4f-4f0e-9a61-3c2d1e0f9a01'
 MDEV_B = '0b5e2c1a-7d4f-4f0e-9a61-3c2d1e0f9a02'
@@ -97,7 +97,7 @@ def stub_conductor(conf):
     rpc.set_defaults(control_exchange=f'cyborg-test-{uuid.uuid4().hex[:8]}')
     rpc.init(conf, url='fake://')
     endpoint = StubConductorEndpoint()
-    svc = service.Service(rpc.CONDUCTOR_TOPIC, 'ctl-stub', [endpoint])
+    svc = rpc_service.RPCService(rpc.CONDUCTOR_TOPIC, 'ctl-stub', [endpoint])
     svc.start()
     yield endpoint
     svc.stop()

@@ -33,13 +33,16 @@ CONTROLLER = 'mysql,rabbit,key,placement-api,n-api,n-cond,n-cpu,nova,g-api'
 
 _INISET = '''
 import configparser, sys
-path, section, key, value = sys.argv[1:5]
+path, section, key = sys.argv[1:4]
 ini = configparser.RawConfigParser(default_section='%none%')
 ini.optionxform = str
 ini.read(path)
 if not ini.has_section(section):
     ini.add_section(section)
-ini.set(section, key, value)
+if len(sys.argv) > 4:
+    ini.set(section, key, sys.argv[4])
+else:
+    ini.remove_option(section, key)
 with open(path, 'w') as out:
     ini.write(out)
 '''
@@ -76,6 +79,12 @@ function iniset {
     fi
     "$PYTHON" "$WORK/iniset.py" "$@"
 }
+function inidelete {
+    if [[ "$1" == "-sudo" ]]; then
+        shift
+    fi
+    "$PYTHON" "$WORK/iniset.py" "$1" "$2" "$3"
+}
 function get_python_exec_prefix { echo "$BIN_DIR"; }
 function setup_develop { record setup_develop "$@"; }
 function get_transport_url {
@@ -100,6 +109,8 @@ function get_or_create_endpoint {
 function write_uwsgi_config {
     record write_uwsgi_config "$@"
     iniset "$1" uwsgi module "$2"
+    iniset "$1" uwsgi hook-master-start \
+        "unix_signal:15 gracefully_kill_them_all"
 }
 function remove_uwsgi_config { record remove_uwsgi_config "$@"; rm -f "$1"; }
 function run_process {
@@ -279,8 +290,12 @@ def test_api_under_uwsgi(stacked):
     assert stacked.calls('write_uwsgi_config') == [
         ['write_uwsgi_config', str(stacked.uwsgi_conf),
          'cyborg.wsgi.api:application', '/accelerator', '', 'cyborg-api']]
-    assert read_ini(stacked.uwsgi_conf)['uwsgi']['env'] == (
-        f'OS_CYBORG_CONFIG_FILES={stacked.conf_file}')
+    uwsgi = read_ini(stacked.uwsgi_conf)['uwsgi']
+    assert uwsgi['env'] == f'OS_CYBORG_CONFIG_FILES={stacked.conf_file}'
+    # The install guide's prompt stop, not devstack's graceful hook.
+    assert 'hook-master-start' not in uwsgi
+    assert (uwsgi['die-on-term'], uwsgi['need-app'],
+            uwsgi['worker-reload-mercy']) == ('true', 'true', '10')
 
 
 def test_processes(stacked):

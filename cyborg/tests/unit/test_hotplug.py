@@ -13,7 +13,7 @@ import pyudev
 from cyborg.accelerator.drivers import fake
 from cyborg.agent import hotplug
 from cyborg.agent import service as agent_service
-from cyborg.common import service
+from cyborg.common import rpc_service
 from cyborg.tests.unit.test_agent_cache import path  # noqa: F401
 from cyborg.tests.unit.test_agent_cache import stub_conductor  # noqa: F401
 
@@ -78,7 +78,7 @@ def watching(trigger, events):
 def report_task():
     """A report task like the agent's: runs at start, then on trigger."""
     counter = Counter()
-    task = service.PeriodicTask('agent-report', counter, 3600)
+    task = rpc_service.PeriodicTask('agent-report', counter, 3600)
     task.start()
     counter.wait_for(1)
     yield task, counter

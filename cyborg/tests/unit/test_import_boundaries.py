@@ -46,6 +46,7 @@ _AGENT = textwrap.dedent('''
     import json
     import sys
 
+    import cyborg.cmd.agent  # noqa: F401  (first, as the agent does)
     import cyborg.agent.manager  # noqa: F401
     import cyborg.agent.resource_tracker  # noqa: F401
     import cyborg.agent.service  # noqa: F401

@@ -10,6 +10,7 @@ from oslo_messaging._drivers import amqpdriver
 
 from cyborg import context as cyborg_context
 from cyborg.api import expose
+from cyborg.cmd import common
 from cyborg.common import patches
 from cyborg.common import rpc
 from cyborg.conf import CONF
@@ -59,6 +60,18 @@ def test_listeners_read_the_poll_interval_that_init_sets():
             rpc.POLL_AFTER_MESSAGE)
     finally:
         rpc.cleanup()
+
+
+def test_idle_listeners_read_the_poll_bound_that_launched_processes_set():
+    """An upgrade that stops reading it would bring back 5 s stops."""
+    for listener in (amqpdriver.AMQPListener, amqpdriver.ReplyWaiter):
+        assert 'ACK_REQUEUE_EVERY_SECONDS_MAX' in inspect.getsource(listener)
+    before = amqpdriver.ACK_REQUEUE_EVERY_SECONDS_MAX
+    try:
+        patches.poll_idle_at_most(common.IDLE_POLL)
+        assert amqpdriver.ACK_REQUEUE_EVERY_SECONDS_MAX == common.IDLE_POLL
+    finally:
+        amqpdriver.ACK_REQUEUE_EVERY_SECONDS_MAX = before
 
 
 def test_patched_engine_serves_every_transaction(tmp_path):

@@ -11,7 +11,7 @@ from cyborg.accelerator.drivers import fake
 from cyborg.agent import manager as agent_manager
 from cyborg.agent import resource_tracker
 from cyborg.common import rpc
-from cyborg.common import service
+from cyborg.common import rpc_service
 from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.db import models
 from cyborg.db.api import inventory
@@ -43,7 +43,7 @@ def agent(api):
     conductor_api = conductor_rpcapi.ConductorAPI(api.conf)
     tracker = resource_tracker.ResourceTracker(
         api.conf, [fake.FakeDriver(api.conf)], conductor_api)
-    svc = service.Service(
+    svc = rpc_service.RPCService(
         rpc.AGENT_TOPIC, HOST,
         [agent_manager.AgentManager(api.conf, tracker, conductor_api)])
     svc.start()

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from cyborg.common import rpc
-from cyborg.common import service
+from cyborg.common import rpc_service
 from cyborg.conductor import manager
 from cyborg.db import models
 from cyborg.tests.functional.api.fixtures import ADMIN
@@ -269,8 +269,8 @@ def test_old_conductors_delete_by_instance_within_the_project(
     """A conductor before 1.7 (or a cap below it) would delete every
     project's requests of the instance: it is sent the caller's, by uuid."""
     api.stop_conductor()
-    old = service.Service(rpc.CONDUCTOR_TOPIC, 'old-conductor',
-                          [OldConductor(api.conf)])
+    old = rpc_service.RPCService(rpc.CONDUCTOR_TOPIC, 'old-conductor',
+                                 [OldConductor(api.conf)])
     old.start()
     try:
         if cap:
