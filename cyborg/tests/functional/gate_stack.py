@@ -98,9 +98,12 @@ class Process:
             log.write(f'==== {self.name}: {" ".join(self.argv[-3:])} '
                       f'====\n'.encode())
             log.flush()
+            # A session of its own: a launcher's children are signalled
+            # with it (kill, pause).
             self.popen = subprocess.Popen(
                 self.argv, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, cwd=self.cwd, env=self.env)
+                stdin=subprocess.DEVNULL, cwd=self.cwd, env=self.env,
+                start_new_session=True)
 
     @property
     def pid(self) -> int:
@@ -112,10 +115,20 @@ class Process:
         return self.popen is not None and self.popen.poll() is None
 
     def kill(self) -> None:
-        """SIGKILL, as a crash would end it."""
-        os.kill(self.pid, signal.SIGKILL)
+        """SIGKILL to it and the children it launched, as a crash of the
+        host's service would end them: killed alone, a launcher's child
+        would be told to stop gracefully."""
+        os.killpg(self.pid, signal.SIGKILL)
         assert self.popen is not None
         self.popen.wait(STOP_TIMEOUT)
+
+    def pause(self) -> None:
+        """SIGSTOP to it and its children: nothing more happens until
+        ``resume`` or ``kill``."""
+        os.killpg(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.killpg(self.pid, signal.SIGCONT)
 
     def terminate(self) -> None:
         """SIGTERM, if it runs."""
@@ -130,7 +143,7 @@ class Process:
         try:
             return self.popen.wait(STOP_TIMEOUT)
         except subprocess.TimeoutExpired:
-            os.kill(self.pid, signal.SIGKILL)
+            os.killpg(self.pid, signal.SIGKILL)
             self.popen.wait()
             return 'killed'
 

@@ -10,7 +10,6 @@ import collections
 import concurrent.futures
 import datetime
 import random
-import signal
 import threading
 import time
 import uuid
@@ -33,6 +32,7 @@ from cyborg.tests.fakes import fixtures
 from cyborg.tests.functional.test_binding_flow import Stack
 from cyborg.tests.functional.test_conductor_concurrency import _heartbeating
 from cyborg.tests.functional.test_conductor_concurrency import _tails
+from cyborg.tests.functional.test_processes import _kill
 from cyborg.tests.functional.test_processes import _start
 from cyborg.tests.functional.test_processes import _write_conf
 from cyborg.tests.utils import wait_for
@@ -164,8 +164,7 @@ def races(conf, tmp_path, rabbit_url, db_engine, empty_db_url,
             agent.stop()
         # How conductors stop is tested elsewhere; these only go away.
         for proc in procs:
-            proc.kill()
-            proc.wait()
+            _kill(proc)
         rpc.cleanup()
         rpc.set_defaults()
 
@@ -397,8 +396,7 @@ def test_a_conductor_killed_mid_bind_leaves_no_mdev_behind(races):
     assert not [r for r in results if isinstance(r, Exception)], results
     # Both conductors are creating mdevs; one dies without a word.
     time.sleep(0.5)
-    races.procs[0].send_signal(signal.SIGKILL)
-    races.procs[0].wait()
+    _kill(races.procs[0])
     # Half the requests are now deleted; the dead conductor's binds
     # stay BindStarted and some of their mdevs exist.
     gone = binds[:VGPUS // 2]
@@ -530,8 +528,7 @@ def test_a_killed_conductor_does_not_leave_a_device_programming(races):
     # The agent is programming the device when both conductors die.
     wait_for(lambda: _programming(races), timeout=10)
     for proc in races.procs:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        _kill(proc)
     _travel_past_the_sweep(races)
     sweeper = binding.Binder(races.conf)
     try:

@@ -393,12 +393,16 @@ def _kill_a_conductor_while_binding(gate: Gate) -> None:
         assert enough.wait(60), 'no bind was answered'
         killed = gate.stack.processes['ctl1']
         # Kill it while it holds a bind, which it does for tens of
-        # milliseconds at a time: the moment is caught by watching its log.
+        # milliseconds at a time: the moment is caught by watching its log,
+        # each look taken with the conductor paused, so that it cannot
+        # finish the bind between the look and the kill.
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
+            killed.pause()
             taken, replied = killed.rpc_calls('arq_apply_patch')
             if taken > replied:
                 break
+            killed.resume()
             time.sleep(0.002)
         with lock:
             outstanding = FAULT_BINDS - len(answered)

@@ -29,10 +29,23 @@ def _write_conf(path, **sections):
 
 def _start(module, conf_file, log_path):
     log = open(log_path, 'w')
+    # A session of its own, so that _kill reaches the children a launcher
+    # forked.
     return subprocess.Popen(
         [sys.executable, '-m', module, '--config-file', conf_file],
         stdout=log, stderr=subprocess.STDOUT,
-        env=dict(os.environ, PYTHONUNBUFFERED='1'))
+        env=dict(os.environ, PYTHONUNBUFFERED='1'), start_new_session=True)
+
+
+def _kill(proc):
+    """SIGKILL to a process started by _start and to its children, as a
+    crash would end them (killed alone, a launcher's child is told to stop
+    gracefully)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def _wait(predicate, timeout=60, what='condition'):
@@ -51,8 +64,7 @@ def _stop(proc):
     try:
         return proc.wait(30)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        _kill(proc)
         raise
 
 
