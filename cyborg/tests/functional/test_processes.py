@@ -2,7 +2,6 @@
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from cyborg.db import migration
 from cyborg.db.api import inventory
 from cyborg.db.api import services
 from cyborg.tests import utils
+from cyborg.tests.functional import gate_stack
 
 
 def _write_conf(path, **sections):
@@ -25,6 +25,17 @@ def _write_conf(path, **sections):
         lines.extend(f'{k} = {v}' for k, v in values.items())
     path.write_text('\n'.join(lines) + '\n')
     return str(path)
+
+
+def _uwsgi_conf(tmp_path, transport_url, db_url):
+    """The configuration a uwsgi-served API reads in these tests: its own
+    exchange, no authentication; the port is uwsgi's."""
+    return _write_conf(
+        tmp_path / 'cyborg.conf',
+        DEFAULT={'transport_url': transport_url,
+                 'control_exchange': f'cyborg-test-{uuid.uuid4().hex[:8]}'},
+        database={'connection': db_url},
+        api={'auth_strategy': 'noauth'})
 
 
 def _start(module, conf_file, log_path):
@@ -175,9 +186,7 @@ def _get(url, token=None):
 def test_api_worker_processes_share_one_port(tmp_path):
     url = f'sqlite:///{tmp_path}/cyborg.sqlite'
     migration.upgrade('head', url=url)
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        port = s.getsockname()[1]
+    port = gate_stack.free_port()
     conf_file = _write_conf(
         tmp_path / 'cyborg.conf', DEFAULT={'transport_url': 'fake://'},
         database={'connection': url},
@@ -224,15 +233,8 @@ def test_wsgi_module_under_uwsgi(tmp_path, rabbit_url, db_engine,
     """The WSGI application as devstack and the install guide run it:
     uwsgi processes that load it after the fork, their configuration
     named by OS_CYBORG_CONFIG_FILES, writes going to a conductor."""
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        port = s.getsockname()[1]
-    conf_file = _write_conf(
-        tmp_path / 'cyborg.conf',
-        DEFAULT={'transport_url': rabbit_url,
-                 'control_exchange': f'cyborg-test-{uuid.uuid4().hex[:8]}'},
-        database={'connection': empty_db_url},
-        api={'auth_strategy': 'noauth'})
+    port = gate_stack.free_port()
+    conf_file = _uwsgi_conf(tmp_path, rabbit_url, empty_db_url)
     command = utils.uwsgi_command(str(tmp_path / 'api-uwsgi.ini'),
                                   conf_file, port, 2, 4)
     if command is None:

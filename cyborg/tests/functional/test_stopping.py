@@ -23,6 +23,7 @@ from cyborg.tests.functional import gate_stack
 from cyborg.tests.functional.test_processes import _alive
 from cyborg.tests.functional.test_processes import _children
 from cyborg.tests.functional.test_processes import _start
+from cyborg.tests.functional.test_processes import _uwsgi_conf
 from cyborg.tests.functional.test_processes import _write_conf
 from cyborg.tests.utils import wait_for
 
@@ -228,12 +229,7 @@ def test_uwsgi_as_the_guide_sets_it_up_stops_at_once(
     if uwsgi is None:
         pytest.skip('uwsgi is not installed (test-requirements.txt)')
     port = gate_stack.free_port()
-    conf_file = _write_conf(
-        tmp_path / 'cyborg.conf',
-        DEFAULT={'transport_url': rabbit_url,
-                 'control_exchange': f'cyborg-test-{uuid.uuid4().hex[:8]}'},
-        database={'connection': empty_db_url},
-        api={'auth_strategy': 'noauth'})
+    conf_file = _uwsgi_conf(tmp_path, rabbit_url, empty_db_url)
     ini = tmp_path / 'cyborg-api-uwsgi.ini'
     ini.write_text(_guide_uwsgi_ini(port, conf_file))
     log = tmp_path / 'uwsgi.log'
