@@ -7,6 +7,8 @@ from typing import ClassVar
 from oslo_config import cfg
 
 from cyborg.common import exception
+from cyborg.common.device_health import Health
+from cyborg.common.device_health import Usage
 from cyborg.common.device_report import DriverDevice
 
 _NOT_TRAIT_CHARS = re.compile('[^A-Z0-9_]')
@@ -59,6 +61,21 @@ class AcceleratorDriver(abc.ABC):
     @abc.abstractmethod
     def discover(self) -> list[DriverDevice]:
         """Return every device of this family on the host."""
+
+    # Monitoring. Both run on the devices of the last ``discover``, every
+    # ``[agent] health_interval`` seconds; neither may change the host.
+
+    def health(self, device: DriverDevice) -> Health | None:
+        """The health of ``device``; None when this driver cannot tell.
+
+        A driver that fails to read raises; the agent then reports
+        ``unknown`` with the error as the reason.
+        """
+        return None
+
+    def usage(self, device: DriverDevice) -> Usage | None:
+        """A usage sample of ``device``; None when this driver has none."""
+        return None
 
     # Device-side actions. A driver implements those its devices support;
     # the others raise NotSupported. Failures raise DeviceActionError.
