@@ -55,6 +55,31 @@ fake_driver_opts = [
         default=False,
         help='Make every attempt to program a fake device fail, to test '
              'how failed FPGA binds are handled.'),
+    cfg.ListOpt(
+        'faults',
+        default=[],
+        mutable=True,
+        help='Health faults the fake devices report, as '
+             '<slot>=<state>[:<reason>] entries, e.g. '
+             '"0000:0c:00.0=unhealthy:ECC storm". The slot is the address '
+             'of a fake FPGA (0000:0c:00.0 upwards) or GPU (1000:0c:00.0 '
+             'upwards); the state healthy, degraded, unhealthy or '
+             'unknown. Devices without a fault are healthy. The agent '
+             'refuses to start on an invalid entry. The option is '
+             'mutable: a configuration reload changes the faults of a '
+             'running agent, and an invalid value then makes every fake '
+             'device report "unknown".'),
+    cfg.StrOpt(
+        'fault_file',
+        mutable=True,
+        help='A JSON file of further health faults, '
+             '{"<slot>": {"state": "<state>", "reason": "<reason>"}}, read '
+             'again at every health pass, so that a test in another '
+             'process can inject faults into a running agent and clear '
+             'them (write {} or remove the file). A file that cannot be '
+             'read or parsed makes every fake device report "unknown" '
+             'with the problem as its reason; an invalid entry does so '
+             'for its device only.'),
 ]
 
 

@@ -45,6 +45,21 @@ def add_n3000(tree):
     tree.link('sys/class/fpga_region/region1', rel)
 
 
+def n3000_fme(tree):
+    """The relative path of the N3000's FPGA management engine."""
+    fme = tree.device_dir(N3000) / 'fpga_region' / 'region0' / 'dfl-fme.0'
+    return str(fme.relative_to(tree.base))
+
+
+def add_n3000_health(tree, temperature=52000, power=61500000, **errors):
+    """The N3000 FME's error registers (``errors`` non-zero ones) and its
+    two hwmon devices, as the dfl-fme driver lays them out."""
+    fme = n3000_fme(tree)
+    tree.add_fme_errors(fme, **errors)
+    tree.add_hwmon(fme, 'dfl_fme_thermal', [temperature])
+    tree.add_hwmon(fme, 'dfl_fme_power', power_input=power)
+
+
 def add_arria10(tree):
     tree.add_function(ARRIA10, 0x8086, 0x09c4, PROCESSING_ACCELERATOR,
                       driver='intel-fpga-pci', sriov_totalvfs=1, numa_node=0)

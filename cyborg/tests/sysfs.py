@@ -20,6 +20,24 @@ from typing import Literal
 
 Id = str | int
 
+# The error names the kernel lists in aer_dev_correctable and in
+# aer_dev_nonfatal / aer_dev_fatal (drivers/pci/pcie/aer.c), each file
+# ending with its total line.
+AER_CORRECTABLE = ('Receiver Error', 'Bad TLP', 'Bad DLLP',
+                   'RELAY_NUM Rollover', 'Replay Timer Timeout',
+                   'Advisory Non-Fatal', 'Corrected Internal Error',
+                   'Header Log Overflow')
+AER_UNCORRECTABLE = ('Undefined', 'Data Link Protocol',
+                     'Surprise Down Error', 'Poisoned TLP',
+                     'Flow Control Protocol', 'Completion Timeout',
+                     'Completer Abort', 'Unexpected Completion',
+                     'Receiver Overflow', 'Malformed TLP', 'ECRC',
+                     'Unsupported Request', 'ACS Violation',
+                     'Uncorrectable Internal Error', 'MC Blocked TLP',
+                     'AtomicOp Egress Blocked', 'TLP Prefix Blocked Error')
+NET_STATISTICS = ('rx_bytes', 'tx_bytes', 'rx_errors', 'tx_errors',
+                  'rx_dropped', 'tx_dropped', 'rx_packets', 'tx_packets')
+
 
 def _hex(value: Id, digits: int) -> str:
     return f'0x{value:0{digits}x}' if isinstance(value, int) else value
@@ -251,6 +269,129 @@ class SysfsTree:
         for name, content in (files or {}).items():
             self.write(f'{rel}/{name}', content)
         return real
+
+    # Health files
+
+    def _rel(self, address: str) -> str:
+        return str(self.device_dir(address.lower()).relative_to(self.base))
+
+    def add_aer(self, address: str, correctable: int = 0,
+                nonfatal: int = 0, fatal: int = 0) -> None:
+        """Write the function's AER statistics as the kernel does: one
+        line per error bit, the count on the first one (a Receiver Error,
+        a Completion Timeout, a Surprise Down), then the total line."""
+        rel = self._rel(address)
+        for filename, names, count, total in (
+                ('aer_dev_correctable', AER_CORRECTABLE, correctable,
+                 'TOTAL_ERR_COR'),
+                ('aer_dev_nonfatal', AER_UNCORRECTABLE, nonfatal,
+                 'TOTAL_ERR_NONFATAL'),
+                ('aer_dev_fatal', AER_UNCORRECTABLE, fatal,
+                 'TOTAL_ERR_FATAL')):
+            bit = {'aer_dev_nonfatal': 'Completion Timeout',
+                   'aer_dev_fatal': 'Surprise Down Error'}.get(
+                       filename, names[0])
+            lines = [f'{n} {count if n == bit else 0}' for n in names]
+            lines.append(f'{total} {count}')
+            self.write(f'{rel}/{filename}', '\n'.join(lines))
+
+    def set_link(self, address: str, speed: str = '16.0 GT/s PCIe',
+                 width: int = 16, max_speed: str | None = None,
+                 max_width: int | None = None) -> None:
+        """Write the function's link files; the maximum defaults to the
+        current (a healthy link)."""
+        rel = self._rel(address)
+        self.write(f'{rel}/current_link_speed', speed)
+        self.write(f'{rel}/max_link_speed', max_speed or speed)
+        self.write(f'{rel}/current_link_width', width)
+        self.write(f'{rel}/max_link_width',
+                   width if max_width is None else max_width)
+
+    def add_hwmon(self, parent_rel: str, name: str,
+                  temperatures: Iterable[int] = (),
+                  power_average: int | None = None,
+                  power_input: int | None = None) -> pathlib.Path:
+        """Add a hwmon device under the device directory ``parent_rel``
+        (a function's, an FME's): ``hwmon/hwmon<N>`` with its ``name``,
+        ``temp<M>_input`` in millidegrees, ``power1_average`` /
+        ``power1_input`` in microwatts, and its
+        ``/sys/class/hwmon/hwmon<N>`` link. Returns its directory."""
+        hwmon_class = self.path('sys/class/hwmon')
+        hwmon_class.mkdir(parents=True, exist_ok=True)
+        number = len(list(hwmon_class.iterdir()))
+        rel = f'{parent_rel.lstrip("/")}/hwmon/hwmon{number}'
+        self.write(f'{rel}/name', name)
+        self.link(f'{rel}/device', parent_rel.lstrip('/'))
+        for n, value in enumerate(temperatures, start=1):
+            self.write(f'{rel}/temp{n}_input', value)
+        if power_average is not None:
+            self.write(f'{rel}/power1_average', power_average)
+        if power_input is not None:
+            self.write(f'{rel}/power1_input', power_input)
+        self.link(f'sys/class/hwmon/hwmon{number}', rel)
+        return self.path(rel)
+
+    def add_function_hwmon(self, address: str, name: str,
+                           temperatures: Iterable[int] = (),
+                           power_average: int | None = None,
+                           power_input: int | None = None) -> pathlib.Path:
+        """A hwmon device of the PCI function at ``address``."""
+        return self.add_hwmon(self._rel(address), name, temperatures,
+                              power_average, power_input)
+
+    def add_net_interface(self, address: str, name: str,
+                          operstate: str = 'up', carrier: int | None = 1,
+                          statistics: Mapping[str, int] | None = None
+                          ) -> pathlib.Path:
+        """Add network interface ``name`` of the function at ``address``
+        (``net/<name>`` and its ``/sys/class/net`` link) with its
+        ``operstate``, ``carrier`` (None: unreadable, as while the
+        interface is administratively down) and ``statistics/*``."""
+        files: dict[str, str | int] = {
+            'address': '3c:fd:fe:00:00:01', 'operstate': operstate,
+            'flags': '0x1003' if operstate != 'down' else '0x1002'}
+        if carrier is not None:
+            files['carrier'] = carrier
+        values = dict.fromkeys(NET_STATISTICS, 0)
+        values.update(statistics or {})
+        for stat, value in values.items():
+            files[f'statistics/{stat}'] = value
+        return self.add_class_entry('net', name, files, device_link=address)
+
+    def set_qat_state(self, address: str, state: str,
+                      services: str = 'sym;asym') -> None:
+        """Write a QAT 4xxx endpoint's ``qat/state`` and
+        ``qat/cfg_services``."""
+        rel = self._rel(address)
+        self.write(f'{rel}/qat/state', state)
+        self.write(f'{rel}/qat/cfg_services', services)
+
+    def add_qat_telemetry(self, address: str, device: str,
+                          counters: Mapping[str, int], control: int = 1
+                          ) -> pathlib.Path:
+        """Lay out ``/sys/kernel/debug/qat_<device>_<address>/telemetry``
+        with ``control`` and ``device_data``: ``<counter> <current>``
+        lines, or with control 2-4 ``<counter> <current> <min> <max>
+        <avg>`` (here all equal). Returns the telemetry directory."""
+        rel = f'sys/kernel/debug/qat_{device}_{address.lower()}/telemetry'
+        self.write(f'{rel}/control', control)
+        lines = [f'{name} {value}' if control < 2
+                 else f'{name} {value} {value} {value} {value}'
+                 for name, value in counters.items()]
+        self.write(f'{rel}/device_data', '\n'.join(lines))
+        return self.path(rel)
+
+    def add_fme_errors(self, fme_rel: str, **registers: int) -> None:
+        """Write an FPGA management engine's ``errors/*`` registers as
+        dfl-fme-error.c prints them (``0x%llx``); registers not given are
+        0."""
+        values = dict.fromkeys(
+            ('pcie0_errors', 'pcie1_errors', 'nonfatal_errors',
+             'catfatal_errors', 'inject_errors', 'fme_errors',
+             'first_error', 'next_error'), 0)
+        values.update(registers)
+        for name, value in values.items():
+            self.write(f'{fme_rel.lstrip("/")}/errors/{name}', f'{value:#x}')
 
     def remove_function(self, address: str) -> None:
         """Remove the function's directory and the bus, driver, IOMMU

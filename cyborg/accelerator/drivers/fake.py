@@ -7,10 +7,14 @@ from typing import Any
 
 from oslo_config import cfg
 
+from cyborg.accelerator import pci
 from cyborg.accelerator.drivers.base import AcceleratorDriver
 from cyborg.accelerator.drivers.base import bitstream_trait
 from cyborg.accelerator.drivers.base import function_trait
+from cyborg.common import device_health
 from cyborg.common import exception
+from cyborg.common.device_health import Health
+from cyborg.common.device_health import Usage
 from cyborg.common.device_report import DriverAttachHandle
 from cyborg.common.device_report import DriverDeployable
 from cyborg.common.device_report import DriverDevice
@@ -28,6 +32,9 @@ _FIRST_BUS = 0x0c
 _FIRST_FPGA_DOMAIN = 0x0000
 _FIRST_GPU_DOMAIN = 0x1000
 _PCI_KEYS = ('domain', 'bus', 'device', 'function')
+FAULTS_OPTION = '[fake_driver] faults'
+# What a fake GPU's usage says: 16 GiB of memory, shared by its vGPUs.
+GPU_MEMORY_BYTES = 16 << 30
 
 
 def _address(index: int, first_domain: int) -> dict[str, str]:
@@ -53,6 +60,81 @@ def _index(address: dict[str, str], first_domain: int, count: int
 
 def _slot(address: dict[str, str]) -> str:
     return '{domain}:{bus}:{device}.{function}'.format(**address)
+
+
+def parse_faults(entries: list[str], cards: int, gpus: int
+                 ) -> dict[str, Health]:
+    """``[fake_driver] faults`` as {slot: health}; Invalid naming the
+    entry when one is not ``<slot>=<state>[:<reason>]`` of a fake device.
+    """
+    faults = {}
+    for entry in entries:
+        slot, sep, rest = entry.strip().partition('=')
+        slot = slot.strip().lower()
+        state, _, reason = rest.partition(':')
+        problem = None
+        if not sep or not pci.ADDRESS_RE.match(slot):
+            problem = ('expected <slot>=<state>[:<reason>] with a slot such '
+                       'as 0000:0c:00.0')
+        elif state.strip() not in device_health.HEALTH_STATES:
+            problem = (f'state {state.strip()!r} is not one of '
+                       f'{", ".join(device_health.HEALTH_STATES)}')
+        elif _kind(slot, cards, gpus) is None:
+            problem = f'there is no fake device at {slot}'
+        if problem is not None:
+            raise exception.Invalid(
+                reason=f'{FAULTS_OPTION} entry {entry!r}: {problem}')
+        faults[slot] = Health(state.strip(), reason.strip())
+    return faults
+
+
+def _kind(slot: str, cards: int, gpus: int) -> tuple[str, int] | None:
+    """('card'|'gpu', index) of the fake device at ``slot``, if any."""
+    domain, bus, rest = slot.split(':')
+    device, function = rest.split('.')
+    address = pci_address(domain, bus, device, function)
+    for kind, first, count in (('card', _FIRST_FPGA_DOMAIN, cards),
+                               ('gpu', _FIRST_GPU_DOMAIN, gpus)):
+        index = _index(address, first, count)
+        if index is not None:
+            return kind, index
+    return None
+
+
+def read_fault_file(path: str) -> tuple[dict[str, Health], str | None]:
+    """The faults in ``path`` by slot, and a problem with the whole file
+    (None when there is none). A missing or empty file (a writer caught
+    half-way) holds no faults; an entry that is not {"state", "reason"}
+    makes its slot ``unknown``."""
+    try:
+        with open(path, encoding='utf-8') as f:
+            text = f.read()
+    except FileNotFoundError:
+        return {}, None
+    except (OSError, UnicodeDecodeError) as exc:
+        return {}, f'fault file {path} cannot be read: {exc}'
+    if not text.strip():
+        return {}, None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        return {}, f'fault file {path} is not valid JSON: {exc}'
+    if not isinstance(data, dict):
+        return {}, f'fault file {path} is not a JSON object of slots'
+    faults = {}
+    for slot, entry in data.items():
+        state = entry.get('state') if isinstance(entry, dict) else None
+        reason = entry.get('reason', '') if isinstance(entry, dict) else None
+        if (state not in device_health.HEALTH_STATES
+                or not isinstance(reason, str)):
+            faults[slot.strip().lower()] = Health(
+                device_health.UNKNOWN,
+                f'fault file {path}: entry {slot!r} is not '
+                '{"state": <healthy|degraded|unhealthy|unknown>, '
+                '"reason": <text>}')
+        else:
+            faults[slot.strip().lower()] = Health(state, reason)
+    return faults, None
 
 
 def read_program_log(path: str) -> list[dict[str, Any]]:
@@ -93,6 +175,11 @@ class FakeDriver(AcceleratorDriver):
         # Programs and mdev creations under way (see [fake_driver]
         # action_seconds).
         self.busy = 0
+        # Successful programs per card slot, for usage counters.
+        self.programs: dict[str, int] = {}
+        options = conf.fake_driver
+        parse_faults(options.faults, options.device_count,
+                     options.vgpu_device_count)
 
     def _deployable_name(self, address: dict[str, str]) -> str:
         return f'{self.hostname}_{_slot(address)}'
@@ -210,6 +297,8 @@ class FakeDriver(AcceleratorDriver):
         call['image_sha256'] = digest.hexdigest()
         with self._lock:
             self.loaded[_slot(address)] = call['bitstream']
+            self.programs[_slot(address)] = (
+                self.programs.get(_slot(address), 0) + 1)
 
     def _record(self, call: dict[str, Any]) -> None:
         with self._lock:
@@ -265,3 +354,63 @@ class FakeDriver(AcceleratorDriver):
         with self._lock:
             if self.mdevs.get(mdev_uuid) == parent:
                 del self.mdevs[mdev_uuid]
+
+    # Monitoring: faults from configuration, plausible numbers otherwise.
+
+    def _device_kind(self, device: DriverDevice
+                     ) -> tuple[str, str, int] | None:
+        options = self.conf.fake_driver
+        try:
+            slot = _slot(pci_address(*(device.controlpath_id[k]
+                                       for k in _PCI_KEYS)))
+        except (KeyError, TypeError, AttributeError):
+            return None
+        kind = _kind(slot, options.device_count, options.vgpu_device_count)
+        return None if kind is None else (slot, *kind)
+
+    def health(self, device: DriverDevice) -> Health | None:
+        """Healthy, unless ``[fake_driver] faults`` or ``fault_file``
+        give the device a fault (both: the worse). An option changed
+        into an invalid one raises, making every device ``unknown``."""
+        found = self._device_kind(device)
+        if found is None:
+            return None
+        slot = found[0]
+        options = self.conf.fake_driver
+        faults = parse_faults(options.faults, options.device_count,
+                              options.vgpu_device_count)
+        readings = [faults[slot]] if slot in faults else []
+        if options.fault_file:
+            from_file, problem = read_fault_file(options.fault_file)
+            if problem is not None:
+                return Health(device_health.UNKNOWN, problem)
+            if slot in from_file:
+                readings.append(from_file[slot])
+        return Health.combine(readings)
+
+    def usage(self, device: DriverDevice) -> Usage | None:
+        """Deterministic numbers that follow what was done to the device:
+        a card with a bitstream loaded is busy; a GPU is as busy, hot and
+        full as the share of its vGPUs that exist."""
+        found = self._device_kind(device)
+        if found is None:
+            return None
+        slot, kind, index = found
+        with self._lock:
+            if kind == 'card':
+                loaded = slot in self.loaded
+                return Usage(
+                    temperature_celsius=40.0 + index % 30 + 10 * loaded,
+                    power_watts=25.0 + 20 * loaded,
+                    utilization_percent=50.0 if loaded else 0.0,
+                    counters={'programs': self.programs.get(slot, 0)})
+            share = (sum(1 for p in self.mdevs.values() if p == slot)
+                     / self.conf.fake_driver.vgpus_per_device)
+            return Usage(
+                temperature_celsius=40.0 + index % 30 + 20 * share,
+                power_watts=30.0 + 40 * share,
+                utilization_percent=100 * share,
+                memory_used_bytes=int(GPU_MEMORY_BYTES * share),
+                memory_total_bytes=GPU_MEMORY_BYTES,
+                counters={'mdevs': round(
+                    share * self.conf.fake_driver.vgpus_per_device)})

@@ -16,6 +16,18 @@ accelerator functions (AFUs) become traits, read from
 each class entry belonging to the PF its sysfs path lies under. The PF is
 programmed with OPAE's ``fpgaconf`` (``[fpga] fpgaconf_path`` and
 ``fpgaconf_args``).
+
+Health, besides the PCI layer's readings: the FPGA management engine's
+(FME) global error registers and sensors
+(Documentation/ABI/testing/sysfs-platform-dfl-fme), under the PF at
+``fpga_region/region*/dfl-fme.*`` (DFL) or
+``fpga/intel-fpga-dev.*/intel-fpga-fme.*`` (OPAE): ``errors/*`` hold
+``0x%llx`` bit masks, non-zero while an error is latched.
+``catfatal_errors`` (catastrophic or fatal: the card must be reset) makes
+the card unhealthy; ``nonfatal_errors``, ``fme_errors`` and the PCIe
+links' ``pcie0_errors``/``pcie1_errors`` degraded. The FME's hwmon
+devices (``dfl_fme_thermal``, ``dfl_fme_power``) give its temperature and
+power.
 """
 import dataclasses
 import glob
@@ -25,11 +37,17 @@ import re
 from oslo_config import cfg
 
 from cyborg.accelerator import pci
+from cyborg.accelerator import pci_health
 from cyborg.accelerator.drivers import fpga_common
 from cyborg.accelerator.drivers import pci_report
 from cyborg.accelerator.drivers.base import function_trait
 from cyborg.accelerator.drivers.base import trait_part
 from cyborg.accelerator.drivers.pci_driver import Functions
+from cyborg.accelerator.drivers.pci_driver import handle_address
+from cyborg.accelerator.drivers.pci_driver import temperature_health
+from cyborg.common import device_health
+from cyborg.common.device_health import Health
+from cyborg.common.device_health import Usage
 from cyborg.common.device_report import DriverDevice
 
 # PF device id -> the product's trait suffix. 0xbcce is the id every Open
@@ -48,6 +66,16 @@ OFS_PRODUCTS = {
 }
 # A 128-bit id as sysfs prints it: 32 hex digits, sometimes as a UUID.
 _ID_RE = re.compile(r'^[0-9a-f]{32}$')
+# FME directories under a PF: DFL, then OPAE's intel-fpga driver.
+FME_GLOBS = ('fpga_region/region*/dfl-fme.*',
+             'fpga/intel-fpga-dev.*/intel-fpga-fme.*')
+# FME error registers (errors/<name>) and the health a latched one gives.
+FME_ERRORS = (('catfatal_errors', device_health.UNHEALTHY),
+              ('nonfatal_errors', device_health.DEGRADED),
+              ('fme_errors', device_health.DEGRADED),
+              ('errors', device_health.DEGRADED),
+              ('pcie0_errors', device_health.DEGRADED),
+              ('pcie1_errors', device_health.DEGRADED))
 
 
 @dataclasses.dataclass
@@ -110,6 +138,47 @@ class IntelFpgaDriver(fpga_common.FpgaDriver):
         if ids.afu_ids:
             device.vendor_board_info['afu_ids'] = ids.afu_ids
         return device
+
+    # Monitoring
+
+    def _fmes(self, device: DriverDevice) -> list[str]:
+        address = handle_address(device.controlpath_id)
+        if address is None:
+            return []
+        directory = self.function_dir(address)
+        return sorted(path for pattern in FME_GLOBS
+                      for path in glob.glob(os.path.join(directory,
+                                                         pattern)))
+
+    def family_health(self, device: DriverDevice) -> list[Health]:
+        found = []
+        options = self.conf.agent
+        for fme in self._fmes(device):
+            name = os.path.basename(fme)
+            errors = os.path.join(fme, 'errors')
+            first = pci_health.read_text(os.path.join(errors, 'first_error'))
+            for register, state in FME_ERRORS:
+                value = _register(os.path.join(errors, register))
+                if value:
+                    found.append(Health(
+                        state, f'{name} {register} {value:#x} (first_error '
+                               f'{first or "unknown"})'))
+            found += temperature_health(
+                pci_health.read_hwmon(fme).temperature_celsius, name,
+                options.health_temperature_degraded,
+                options.health_temperature_unhealthy)
+        return found
+
+    def family_usage(self, device: DriverDevice) -> Usage | None:
+        sensors = [pci_health.read_hwmon(fme) for fme in self._fmes(device)]
+        temperatures = [s.temperature_celsius for s in sensors
+                        if s.temperature_celsius is not None]
+        power = [s.power_watts for s in sensors if s.power_watts is not None]
+        if not temperatures and not power:
+            return None
+        return Usage(temperature_celsius=max(temperatures, default=None),
+                     power_watts=sum(power) if power else None)
+
     def _fpga_ids(self) -> dict[str, _FpgaIds]:
         """Interface and AFU ids per PF address, from both driver stacks.
         """
@@ -145,3 +214,15 @@ class IntelFpgaDriver(fpga_common.FpgaDriver):
             return
         if normal not in ids:
             ids.append(normal)
+
+
+def _register(path: str) -> int | None:
+    """An FME error register (``0x%llx``); None when there is none."""
+    text = pci_health.read_text(path)
+    if text is None:
+        return None
+    try:
+        return int(text, 16)
+    except ValueError:
+        raise ValueError(f'{path}: {text[:40]!r} is not a hex register'
+                         ) from None

@@ -14,11 +14,16 @@ import re
 from oslo_config import cfg
 
 from cyborg.accelerator import pci
+from cyborg.accelerator import pci_health
 from cyborg.accelerator.drivers import pci_report
 from cyborg.accelerator.drivers.base import trait_part
 from cyborg.accelerator.drivers.pci_driver import Functions
 from cyborg.accelerator.drivers.pci_driver import PciDriver
+from cyborg.accelerator.drivers.pci_driver import handle_address
+from cyborg.common import device_health
 from cyborg.common import exception
+from cyborg.common.device_health import Health
+from cyborg.common.device_health import Usage
 from cyborg.common.device_report import DriverDevice
 
 RESOURCE_CLASS = 'CUSTOM_NIC'
@@ -37,6 +42,13 @@ _FUNCTION_RE = re.compile(r'^[A-Za-z0-9_]{1,200}$')
 # What the kernel accepts in an interface name (IFNAMSIZ - 1 characters,
 # no '/' or white space), less ':' and '|', the separators here.
 _IFNAME_RE = re.compile(r'^[^\s/:|]{1,15}$')
+# net/<if>/statistics files read into usage counters of the same names,
+# summed over the port's interfaces.
+STATISTICS = ('rx_bytes', 'tx_bytes', 'rx_errors', 'tx_errors',
+              'rx_dropped', 'tx_dropped')
+# operstate values (RFC 2863, as the kernel writes them) of a link that
+# cannot carry traffic.
+_LINK_DOWN = ('down', 'lowerlayerdown', 'notpresent')
 
 
 def parse_mappings(option: str, values: list[str], name_re: re.Pattern[str],
@@ -85,11 +97,50 @@ class IntelNicDriver(PciDriver):
             options.function_device_mappings, _FUNCTION_RE, 'function')
 
     def _interfaces(self, pf: pci.PciFunction) -> list[str]:
-        try:
-            return sorted(os.listdir(os.path.join(pf.sysfs_path, 'net')))
-        except OSError:
-            # Bound to vfio-pci or to no driver: no network interface.
+        return _interfaces(pf.sysfs_path)
+
+    # Monitoring: the port's network interfaces (none when the port is
+    # bound to vfio-pci), besides the PCI layer's readings.
+
+    def _net_dirs(self, device: DriverDevice) -> list[tuple[str, str]]:
+        address = handle_address(device.controlpath_id)
+        if address is None:
             return []
+        directory = self.function_dir(address)
+        return [(name, os.path.join(directory, 'net', name))
+                for name in _interfaces(directory)]
+
+    def family_health(self, device: DriverDevice) -> list[Health]:
+        """A port whose link is down carries no traffic for its VFs:
+        degraded (the operator may have unplugged it on purpose, and the
+        port is still there to be handed out)."""
+        found = []
+        for name, directory in self._net_dirs(device):
+            state = pci_health.read_text(os.path.join(directory,
+                                                      'operstate'))
+            # carrier cannot be read (EINVAL) while the interface is
+            # administratively down; operstate then says "down".
+            try:
+                carrier = pci_health.read_text(
+                    os.path.join(directory, 'carrier'))
+            except OSError:
+                carrier = None
+            if state in _LINK_DOWN or carrier == '0':
+                found.append(Health(
+                    device_health.DEGRADED,
+                    f'interface {name} link is down (operstate '
+                    f'{state or "unknown"}, carrier {carrier or "unknown"})'))
+        return found
+
+    def family_usage(self, device: DriverDevice) -> Usage | None:
+        counters: dict[str, int] = {}
+        for _, directory in self._net_dirs(device):
+            for name in STATISTICS:
+                value = pci_health.read_int(
+                    os.path.join(directory, 'statistics', name))
+                if value is not None:
+                    counters[name] = counters.get(name, 0) + value
+        return Usage(counters=counters) if counters else None
 
     def device(self, pf: pci.PciFunction, functions: Functions
                ) -> DriverDevice | None:
@@ -126,3 +177,12 @@ class IntelNicDriver(PciDriver):
         if physnet is not None:
             board['physical_network'] = physnet
         return pci_report.device('NIC', pf, deployables, **board)
+
+
+def _interfaces(function_dir: str) -> list[str]:
+    """The network interfaces of the PCI function at ``function_dir``."""
+    try:
+        return sorted(os.listdir(os.path.join(function_dir, 'net')))
+    except OSError:
+        # Bound to vfio-pci or to no driver: no network interface.
+        return []

@@ -28,12 +28,16 @@ from oslo_config import cfg
 from oslo_utils import uuidutils
 
 from cyborg.accelerator import pci
+from cyborg.accelerator.drivers import nvml
 from cyborg.accelerator.drivers import pci_report
 from cyborg.accelerator.drivers import privileged
 from cyborg.accelerator.drivers.base import trait_part
 from cyborg.accelerator.drivers.pci_driver import Functions
 from cyborg.accelerator.drivers.pci_driver import PciDriver
+from cyborg.accelerator.drivers.pci_driver import handle_address
 from cyborg.common import exception
+from cyborg.common.device_health import Health
+from cyborg.common.device_health import Usage
 from cyborg.common.device_report import DriverAttachHandle
 from cyborg.common.device_report import DriverDevice
 
@@ -127,12 +131,25 @@ class NvidiaGpuDriver(PciDriver):
     class_prefixes = GPU_CLASSES
     physical_only = True
     noun = 'GPU'
+    # GPUs train their link down to 2.5 GT/s when idle.
+    link_speed_varies = True
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         super().__init__(conf)
         self.vgpu_types = parse_vgpu_config(
             conf.gpu_devices.enabled_vgpu_types,
             conf.gpu_devices.vgpu_type_addresses)
+        self.nvml = nvml.Nvml()
+
+    # Monitoring: NVML's readings on top of the PCI layer's.
+
+    def family_health(self, device: DriverDevice) -> list[Health]:
+        address = handle_address(device.controlpath_id)
+        return self.nvml.health(address) if address else []
+
+    def family_usage(self, device: DriverDevice) -> Usage | None:
+        address = handle_address(device.controlpath_id)
+        return self.nvml.usage(address) if address else None
 
     # Discovery
 

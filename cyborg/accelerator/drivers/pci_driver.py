@@ -9,14 +9,70 @@ from typing import ClassVar
 from oslo_config import cfg
 
 from cyborg.accelerator import pci
+from cyborg.accelerator import pci_health
 from cyborg.accelerator.drivers import pci_report
 from cyborg.accelerator.drivers.base import AcceleratorDriver
+from cyborg.common import device_health
+from cyborg.common import exception
+from cyborg.common.device_health import Health
+from cyborg.common.device_health import Usage
 from cyborg.common.device_report import DriverAttachHandle
 from cyborg.common.device_report import DriverDeployable
 from cyborg.common.device_report import DriverDevice
 
 #: Every PCI function of the host, by address.
 Functions = Mapping[str, pci.PciFunction]
+
+#: A device's functions with their readings (None: gone), control path
+#: first.
+DeviceReadings = list[tuple[str, pci_health.Readings | None]]
+
+# How many functions of a device's attach handles, besides its control
+# path, a health pass reads. Errors of SR-IOV VFs are mostly reported by
+# their PF, and VFs share its link and sensors, so reading them adds
+# little: an E810 port lends up to 256 VFs, and reading them all would
+# make one port cost as much as a whole host of other devices (~8 files
+# each). Eight catch a VF that has gone or logs errors of its own on the
+# devices that have a few (a QAT endpoint has 16), and keep a health
+# pass over a 256-function host at ~25 ms (tools/bench/health.py).
+HANDLE_FUNCTIONS_READ = 8
+_PCI_KEYS = ('domain', 'bus', 'device', 'function')
+
+
+def handle_address(info: Mapping[str, str]) -> str | None:
+    """The PCI address an attach handle's or control path's info names,
+    or None when it names none."""
+    try:
+        address = '{domain}:{bus}:{device}.{function}'.format(
+            **{k: info[k] for k in _PCI_KEYS}).lower()
+    except (KeyError, TypeError):
+        return None
+    return address if pci.ADDRESS_RE.match(address) else None
+
+
+def merge_usage(base: Usage | None, extra: Usage | None) -> Usage | None:
+    """``base`` with what ``extra`` (a family's own reading, more exact
+    than the PCI layer's) knows in its place."""
+    if base is None or extra is None:
+        return base or extra
+
+    def pick(mine: float | None, theirs: float | None) -> float | None:
+        return theirs if theirs is not None else mine
+
+    return Usage(
+        temperature_celsius=pick(base.temperature_celsius,
+                                 extra.temperature_celsius),
+        power_watts=pick(base.power_watts, extra.power_watts),
+        utilization_percent=pick(base.utilization_percent,
+                                 extra.utilization_percent),
+        memory_used_bytes=(extra.memory_used_bytes
+                           if extra.memory_used_bytes is not None
+                           else base.memory_used_bytes),
+        memory_total_bytes=(extra.memory_total_bytes
+                            if extra.memory_total_bytes is not None
+                            else base.memory_total_bytes),
+        counters={**base.counters, **extra.counters},
+        gauges={**base.gauges, **extra.gauges})
 
 
 class PciDriver(AcceleratorDriver):
@@ -42,6 +98,10 @@ class PciDriver(AcceleratorDriver):
     physical_only: ClassVar[bool] = False
     #: What one device is called in the log of a discovery pass.
     noun: ClassVar[str] = 'device'
+    #: Whether the devices lower their link speed when idle to save power
+    #: (GPUs train down to 2.5 GT/s): only a narrower link than they can
+    #: do then means a degraded one.
+    link_speed_varies: ClassVar[bool] = False
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         super().__init__(conf)
@@ -49,6 +109,14 @@ class PciDriver(AcceleratorDriver):
         # The subclass's module logger, so that its messages name it.
         self.log = logging.getLogger(type(self).__module__)
         self.warn = pci_report.WarnOnce(self.log)
+        options = conf.agent
+        if (options.health_temperature_degraded
+                > options.health_temperature_unhealthy):
+            raise exception.Invalid(
+                reason=f'[agent] health_temperature_degraded '
+                       f'({options.health_temperature_degraded:g}) is above '
+                       f'[agent] health_temperature_unhealthy '
+                       f'({options.health_temperature_unhealthy:g})')
 
     def of_family(self, function: pci.PciFunction) -> bool:
         """Whether ``function``'s vendor, device and class ids are those
@@ -137,3 +205,128 @@ class PciDriver(AcceleratorDriver):
         self.warn('Skipping %s: its VFs are enabled but none can be read.',
                   what)
         return []
+
+    # Monitoring: what the kernel says of every PCI function, then what a
+    # family reads of its own (``family_health``, ``family_usage``).
+
+    def function_dir(self, address: str) -> str:
+        """The sysfs directory of the function at ``address``."""
+        return self.bus.path(f'/sys/bus/pci/devices/{address}')
+
+    def health_functions(self, device: DriverDevice) -> list[str]:
+        """The addresses a health pass reads: the control path's, then
+        up to HANDLE_FUNCTIONS_READ others of its attach handles."""
+        control = handle_address(device.controlpath_id)
+        if control is None:
+            raise ValueError(f'control path {device.controlpath_id} names '
+                             'no PCI function')
+        others = dict.fromkeys(
+            address for deployable in device.deployables
+            for handle in deployable.attach_handles
+            if (address := handle_address(handle.attach_info)) is not None
+            and address != control)
+        return [control, *list(others)[:HANDLE_FUNCTIONS_READ]]
+
+    def readings(self, device: DriverDevice) -> DeviceReadings:
+        """Each of the device's health functions with its readings (None:
+        gone), the control path's first."""
+        return [(address, pci_health.read_function(
+                    self.function_dir(address), address))
+                for address in self.health_functions(device)]
+
+    def health(self, device: DriverDevice) -> Health:
+        readings = self.readings(device)
+        return Health.combine(self.pci_health(readings)
+                              + self.family_health(device))
+
+    def pci_health(self, readings: DeviceReadings) -> list[Health]:
+        """What AER counters, links and temperatures say.
+
+        A fatal AER error means the link or the device had to be reset,
+        and what ran on it was lost: unhealthy. A non-fatal one means a
+        transaction was lost while the link survived: degraded.
+        Correctable errors were repaired by the link's own replay; a
+        healthy link logs some (a few per day are common on long
+        risers), so they only count, in ``aer_correctable``.
+        """
+        found: list[Health] = []
+        options = self.conf.agent
+        for n, (address, reading) in enumerate(readings):
+            if reading is None:
+                # The device is gone with its control path; one attach
+                # handle gone leaves the others usable.
+                found.append(Health(
+                    device_health.UNHEALTHY if n == 0
+                    else device_health.DEGRADED,
+                    f'PCI function {address} is gone'))
+                continue
+            if reading.aer is not None and reading.aer.fatal:
+                found.append(Health(
+                    device_health.UNHEALTHY,
+                    f'{reading.aer.fatal} fatal PCIe error(s) (AER) on '
+                    f'{address}'))
+            if reading.aer is not None and reading.aer.nonfatal:
+                found.append(Health(
+                    device_health.DEGRADED,
+                    f'{reading.aer.nonfatal} non-fatal PCIe error(s) (AER) '
+                    f'on {address}'))
+            link = (reading.link.degraded(not self.link_speed_varies)
+                    if reading.link is not None else None)
+            if link is not None:
+                found.append(Health(device_health.DEGRADED,
+                                    f'{link} on {address}'))
+            found += temperature_health(
+                reading.sensors.temperature_celsius, address,
+                options.health_temperature_degraded,
+                options.health_temperature_unhealthy)
+        return found
+
+    def family_health(self, device: DriverDevice) -> list[Health]:
+        """What the family's own interfaces say of ``device``; nothing
+        beyond the PCI layer by default."""
+        return []
+
+    def usage(self, device: DriverDevice) -> Usage | None:
+        sample = pci_usage(self.readings(device))
+        return merge_usage(sample, self.family_usage(device))
+
+    def family_usage(self, device: DriverDevice) -> Usage | None:
+        """The family's own usage readings of ``device``, which take the
+        place of the PCI layer's; none by default."""
+        return None
+
+
+def temperature_health(celsius: float | None, where: str, degraded: float,
+                       unhealthy: float) -> list[Health]:
+    """What a temperature reading says against the configured limits."""
+    if celsius is None or celsius < degraded:
+        return []
+    if celsius >= unhealthy:
+        return [Health(device_health.UNHEALTHY,
+                       f'{where} at {celsius:g} C, at or above [agent] '
+                       f'health_temperature_unhealthy ({unhealthy:g} C)')]
+    return [Health(device_health.DEGRADED,
+                   f'{where} at {celsius:g} C, at or above [agent] '
+                   f'health_temperature_degraded ({degraded:g} C)')]
+
+
+def pci_usage(readings: DeviceReadings) -> Usage | None:
+    """The hottest sensor, the power of all, and the AER counters summed
+    over the functions read; None when none could be."""
+    present = [r for _, r in readings if r is not None]
+    if not present:
+        return None
+    temperatures = [r.sensors.temperature_celsius for r in present
+                    if r.sensors.temperature_celsius is not None]
+    power = [r.sensors.power_watts for r in present
+             if r.sensors.power_watts is not None]
+    counters: dict[str, int] = {}
+    for reading in present:
+        if reading.aer is None:
+            continue
+        for name, _, _ in pci_health.AER_FILES:
+            key = f'aer_{name}'
+            counters[key] = counters.get(key, 0) + getattr(reading.aer, name)
+    return Usage(temperature_celsius=max(temperatures, default=None),
+                 power_watts=sum(power) if power else None,
+                 counters=counters)

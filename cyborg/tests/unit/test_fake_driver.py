@@ -1,5 +1,6 @@
 """The fake driver reports realistic, valid, distinct devices."""
 import hashlib
+import json
 import re
 import uuid
 
@@ -9,6 +10,7 @@ from cyborg.accelerator.drivers import base
 from cyborg.accelerator.drivers import fake
 from cyborg.common import device_report
 from cyborg.common import exception
+from cyborg.common.device_health import Health
 
 TRAIT = re.compile(r'^CUSTOM_[A-Z0-9_]+$')
 
@@ -199,3 +201,114 @@ def test_a_driver_without_actions_says_so(conf):
 def test_function_traits_are_valid_trait_names(function_id, trait):
     assert base.function_trait('x', function_id) == trait
     assert TRAIT.match(trait)
+
+
+# The fake driver: faults by configuration, deterministic usage
+
+
+@pytest.fixture
+def fake_conf(conf):
+    conf.set_override('host', 'cmp1')
+    conf.set_override('device_count', 2, 'fake_driver')
+    conf.set_override('vgpu_device_count', 1, 'fake_driver')
+    return conf
+
+
+def _by_slot(devices):
+    return {'{domain}:{bus}:{device}.{function}'.format(
+        **d.controlpath_id): d for d in devices}
+
+
+def test_fake_devices_are_healthy_without_faults(fake_conf):
+    driver = fake.FakeDriver(fake_conf)
+    assert {driver.health(d) for d in driver.discover()} == {
+        Health('healthy')}
+
+
+def test_fake_faults_option(fake_conf):
+    fake_conf.set_override(
+        'faults', ['0000:0d:00.0=unhealthy:ECC storm: card 2',
+                   '1000:0c:00.0=degraded'], 'fake_driver')
+    driver = fake.FakeDriver(fake_conf)
+    devices = _by_slot(driver.discover())
+    assert driver.health(devices['0000:0c:00.0']) == Health('healthy')
+    assert driver.health(devices['0000:0d:00.0']) == Health(
+        'unhealthy', 'ECC storm: card 2')
+    assert driver.health(devices['1000:0c:00.0']) == Health('degraded')
+    # Mutable: cleared while the agent runs.
+    fake_conf.set_override('faults', [], 'fake_driver')
+    assert driver.health(devices['0000:0d:00.0']) == Health('healthy')
+
+
+@pytest.mark.parametrize('entry,problem', [
+    ('0000:0c:00.0', 'expected <slot>=<state>'),
+    ('0c:00.0=unhealthy', 'expected <slot>=<state>'),
+    ('0000:0c:00.0=broken:x', "state 'broken' is not one of"),
+    ('0000:0e:00.0=degraded', 'there is no fake device at 0000:0e:00.0')])
+def test_fake_invalid_fault_fails_at_construction(fake_conf, entry,
+                                                  problem):
+    fake_conf.set_override('faults', [entry], 'fake_driver')
+    with pytest.raises(exception.Invalid, match=problem):
+        fake.FakeDriver(fake_conf)
+
+
+def test_fake_fault_file_is_read_at_every_pass(fake_conf, tmp_path):
+    path = tmp_path / 'faults.json'
+    fake_conf.set_override('fault_file', str(path), 'fake_driver')
+    fake_conf.set_override('faults', ['0000:0c:00.0=degraded:hot'],
+                           'fake_driver')
+    driver = fake.FakeDriver(fake_conf)
+    devices = _by_slot(driver.discover())
+    card, other = devices['0000:0c:00.0'], devices['0000:0d:00.0']
+    assert driver.health(card) == Health('degraded', 'hot')
+    path.write_text(json.dumps({
+        '0000:0c:00.0': {'state': 'unhealthy', 'reason': 'dead'},
+        '0000:0d:00.0': {'state': 'degraded', 'reason': 'slow'}}))
+    assert driver.health(card) == Health('unhealthy', 'dead')
+    assert driver.health(other) == Health('degraded', 'slow')
+    path.write_text('{}')
+    assert driver.health(other) == Health('healthy')
+    path.unlink()
+    assert driver.health(card) == Health('degraded', 'hot')
+
+
+def test_fake_fault_file_problems_make_devices_unknown(fake_conf, tmp_path):
+    path = tmp_path / 'faults.json'
+    fake_conf.set_override('fault_file', str(path), 'fake_driver')
+    driver = fake.FakeDriver(fake_conf)
+    devices = _by_slot(driver.discover())
+    path.write_text('{"0000:0c:00.0": ')
+    for device in devices.values():
+        health = driver.health(device)
+        assert health.state == 'unknown'
+        assert health.reason.startswith(f'fault file {path} is not valid '
+                                        'JSON')
+    path.write_text(json.dumps({'0000:0c:00.0': {'state': 'on fire'}}))
+    assert driver.health(devices['0000:0c:00.0']).state == 'unknown'
+    assert "entry '0000:0c:00.0'" in driver.health(
+        devices['0000:0c:00.0']).reason
+    assert driver.health(devices['0000:0d:00.0']) == Health('healthy')
+
+
+def test_fake_usage_is_deterministic_and_follows_the_devices(fake_conf,
+                                                             tmp_path):
+    driver = fake.FakeDriver(fake_conf)
+    devices = _by_slot(driver.discover())
+    card, gpu = devices['0000:0d:00.0'], devices['1000:0c:00.0']
+    first = driver.usage(card)
+    assert first == fake.FakeDriver(fake_conf).usage(card)
+    assert first.temperature_celsius == 41.0
+    assert first.utilization_percent == 0.0
+    assert driver.usage(gpu).utilization_percent == 0.0
+    info = gpu.deployables[0].attach_handles[0].attach_info
+    driver.create_mdev(info, '8a4b0b3e-2c11-4f5a-9d1e-3b8f6f2a0001')
+    usage = driver.usage(gpu)
+    assert usage.utilization_percent == 25.0
+    assert usage.memory_used_bytes == fake.GPU_MEMORY_BYTES // 4
+    image = tmp_path / 'image.bin'
+    image.write_bytes(b'bits')
+    driver.program(card.controlpath_id, card.deployables[0].name,
+                   str(image), {'id': 'img-1', 'properties': {}})
+    usage = driver.usage(card)
+    assert usage.utilization_percent == 50.0
+    assert usage.counters == {'programs': 1}
