@@ -1,6 +1,7 @@
 """NVIDIA GPU health and usage: the PCI layer's readings, and NVML's
 through a fake ``pynvml`` module (the test hosts have neither GPU nor
 NVML)."""
+import logging
 import sys
 import types
 
@@ -215,3 +216,17 @@ def test_gpu_nvml_does_not_see_is_left_to_sysfs(tree, host_conf,
 def test_nvml_bus_id_is_normalised():
     assert nvml.bus_id(b'00000000:3B:00.0') == '0000:3b:00.0'
     assert nvml.bus_id('0001:AF:00.1') == '0001:af:00.1'
+
+
+def test_real_nvml_without_a_gpu_driver_leaves_gpus_to_sysfs(
+        tree, host_conf, caplog):
+    # The real nvidia-ml-py (a test requirement): installed, but this
+    # machine has no libnvidia-ml, so nvmlInit fails as it does on a host
+    # whose nvidia module is not loaded.
+    import pynvml
+    assert pynvml.__name__ == 'pynvml'
+    caplog.set_level(logging.INFO, nvml.__name__)
+    driver, device = _gpu(tree, host_conf)
+    assert driver.health(device) == Health('healthy')
+    assert driver.usage(device).utilization_percent is None
+    assert 'NVML' in caplog.text
