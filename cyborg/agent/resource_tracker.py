@@ -13,6 +13,7 @@ from cyborg.accelerator import pci
 from cyborg.accelerator.drivers.base import AcceleratorDriver
 from cyborg.agent import cache as agent_cache
 from cyborg.common import device_report
+from cyborg.common.device_report import DriverDevice
 from cyborg.conductor import rpcapi as conductor_rpcapi
 
 LOG = logging.getLogger(__name__)
@@ -50,6 +51,13 @@ class ResourceTracker:
         self._lock = threading.Lock()
         # Driver name -> the error of a driver that failed its last pass.
         self._failing: dict[str, str] = {}
+        # Driver name -> the devices of its last successful pass, which
+        # health passes read (see cyborg.agent.health).
+        self.discovered: dict[str, list[DriverDevice]] = {}
+        # Reports the conductor accepted since the start: a health pass
+        # sends every device's health again after one, as devices the
+        # conductor did not know before have none yet.
+        self.accepted = 0
         self._last_hash = self.cache.accepted_hash(_recipient(conf))
         self._last_sent = clock() if self._last_hash else None
         if self._last_hash:
@@ -77,7 +85,8 @@ class ResourceTracker:
             for driver in self.drivers:
                 name = type(driver).driver_name
                 try:
-                    found = [device.to_dict() for device in driver.discover()]
+                    typed = driver.discover()
+                    found = [device.to_dict() for device in typed]
                 except Exception as exc:
                     failed.add(name)
                     states[name] = {'state': 'failed',
@@ -85,6 +94,7 @@ class ResourceTracker:
                     continue
                 if self._failing.pop(name, None) is not None:
                     LOG.info('Driver %s discovers devices again.', name)
+                self.discovered[name] = typed
                 devices.extend(found)
                 states[name] = {'state': 'ok' if found else 'no devices'}
         if failed:
@@ -157,6 +167,7 @@ class ResourceTracker:
                 context, self.conf.host, report)
             self._last_hash = digest
             self._last_sent = self.clock()
+            self.accepted += 1
             self.cache.record_accepted(_recipient(self.conf), digest)
             LOG.debug('Reported %d device(s): %s', len(report['devices']),
                       result)

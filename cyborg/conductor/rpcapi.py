@@ -42,9 +42,12 @@ class ConductorAPI:
       mdevs it made with the requests that still hold them.
     * 1.7 - ``arq_delete`` takes ``project_id``: deleting by instance
       deletes only that project's requests.
+    * 1.8 - Device health: ``device_health_update`` (an agent's readings
+      that changed), ``device_set_health`` (an operator's) and
+      ``host_bindings`` (who holds each device of a host, for metrics).
     """
 
-    RPC_API_VERSION = '1.7'
+    RPC_API_VERSION = '1.8'
 
     def __init__(self, conf: cfg.ConfigOpts, create_batch: int = 1) -> None:
         """``create_batch`` > 1: ``arq_create`` calls made at the same
@@ -221,6 +224,28 @@ class ConductorAPI:
         that waited for it were freed."""
         return self._call(context, '1.6', 'mdevs_removed', host=host,
                           mdev_uuids=mdev_uuids)
+
+    def device_health_update(self, context: Context, host: str,
+                             updates: list[dict[str, Any]]) -> int:
+        """Store the health ``host``'s agent read of the devices whose
+        health changed (``device_health.HEALTH_UPDATE_SCHEMA``); how many
+        devices' health changed. Placement follows before it returns."""
+        return self._call(context, '1.8', 'device_health_update', host=host,
+                          updates=updates)
+
+    def device_set_health(self, context: Context, uuid: str,
+                          state: str | None, reason: str | None
+                          ) -> dict[str, Any]:
+        """An operator's health for a device, or None to clear it;
+        returns the device as ``devices.to_dict`` after the change."""
+        return self._call(context, '1.8', 'device_set_health', uuid=uuid,
+                          state=state, reason=reason)
+
+    def host_bindings(self, context: Context, host: str
+                      ) -> list[dict[str, Any]]:
+        """Each device of ``host`` with its uuid and the instances and
+        projects holding it (``devices.host_bindings``)."""
+        return self._call(context, '1.8', 'host_bindings', host=host)
 
     def host_discover(self, context: Context, host: str) -> dict[str, int]:
         """Make the agent of ``host`` discover and report now; wait for it.

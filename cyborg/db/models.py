@@ -9,6 +9,8 @@ import sqlalchemy as sa
 from oslo_utils import timeutils
 from sqlalchemy import orm
 
+from cyborg.common.device_health import HEALTH_SOURCES
+from cyborg.common.device_health import HEALTH_STATES
 from cyborg.common.device_report import ATTACH_TYPES
 from cyborg.common.device_report import CPID_TYPES
 from cyborg.common.device_report import DEVICE_STATUSES
@@ -75,6 +77,7 @@ class Device(Base):
         sa.Index(None, 'host'),
         sa.Index(None, 'hostname'),
         sa.Index(None, 'type'),
+        sa.Index(None, 'health'),
     )
 
     uuid: orm.Mapped[str] = orm.mapped_column(sa.String(36), unique=True)
@@ -89,6 +92,24 @@ class Device(Base):
     hostname: orm.Mapped[str] = orm.mapped_column(sa.String(255))
     status: orm.Mapped[str] = orm.mapped_column(
         _enum(DEVICE_STATUSES, 'status'), default='enabled')
+    # What counts (``unhealthy`` reserves the device in placement) and who
+    # set it; an operator's setting stands until the operator clears it,
+    # and the agent's last reading is kept to go back to then.
+    health: orm.Mapped[str] = orm.mapped_column(
+        _enum(HEALTH_STATES, 'health'), default='unknown',
+        server_default='unknown')
+    health_reason: orm.Mapped[str | None] = orm.mapped_column(
+        sa.String(255))
+    health_source: orm.Mapped[str] = orm.mapped_column(
+        _enum(HEALTH_SOURCES, 'health_source'), default='agent',
+        server_default='agent')
+    agent_health: orm.Mapped[str] = orm.mapped_column(
+        _enum(HEALTH_STATES, 'agent_health'), default='unknown',
+        server_default='unknown')
+    agent_health_reason: orm.Mapped[str | None] = orm.mapped_column(
+        sa.String(255))
+    health_changed_at: orm.Mapped[datetime.datetime | None] = (
+        orm.mapped_column(sa.DateTime))
 
 
 class ControlpathID(Base):

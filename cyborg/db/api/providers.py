@@ -73,6 +73,18 @@ def provider_name(hostname: str, deployable_name: str) -> str:
     return deployable_name[:_NAME_LENGTH]
 
 
+def held_back() -> sa.ColumnElement[bool]:
+    """Whether placement reserves all of a deployable's accelerators.
+
+    Maintenance, a device gone while held, and an unhealthy device (a
+    NoSchedule taint: held requests keep it) all reserve it. The capacity
+    view (``capacity.get``) counts ``reserved`` by the same rule.
+    """
+    return sa.or_(Device.status != 'enabled',
+                  Device.health == 'unhealthy',
+                  Dep.missing_since.is_not(None))
+
+
 @reader
 def host_providers(context: cyborg_context.RequestContext, hostname: str
                    ) -> list[Provider]:
@@ -81,7 +93,7 @@ def host_providers(context: cyborg_context.RequestContext, hostname: str
     rows = session.execute(
         sa.select(Dep.id, Dep.rp_uuid, Dep.name, Dep.num_accelerators,
                   Dep.missing_since, Dep.rp_synced, Dep.rp_generation,
-                  Device.status)
+                  held_back().label('held'))
         .join(Device).where(Device.hostname == hostname,
                             Dep.rp_uuid.is_not(None))
         .order_by(Dep.id)).all()
@@ -103,8 +115,7 @@ def host_providers(context: cyborg_context.RequestContext, hostname: str
         deployable_id=row.id, uuid=row.rp_uuid,
         name=provider_name(hostname, row.name), hostname=hostname,
         resource_class=classes.get(row.id), total=row.num_accelerators,
-        reserved=(row.num_accelerators if row.status != 'enabled'
-                  or row.missing_since is not None else 0),
+        reserved=row.num_accelerators if row.held else 0,
         traits=frozenset(traits[row.id]), synced=row.rp_synced,
         generation=row.rp_generation) for row in rows]
 
