@@ -14,6 +14,7 @@ import datetime
 import functools
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import futurist
@@ -25,8 +26,11 @@ from cyborg import context as cyborg_context
 from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import exception
 from cyborg.common import glance_client
+from cyborg.common import notifications
+from cyborg.conductor import metrics as conductor_metrics
 from cyborg.conductor import nova_client
 from cyborg.db.api import arq_bindings
+from cyborg.db.api import arqs
 from cyborg.db.api import attach_handles
 from cyborg.db.api import deployables
 
@@ -39,6 +43,17 @@ AWAIT_POLL = 0.25
 # What the agent raises before it writes anything to the device.
 UNTOUCHED = (exception.NotSupported, exception.BitstreamNotFound,
              exception.BitstreamError)
+STALE = '[conductor] bind_timeout expired'
+
+
+def _program_info(group: list[Job]) -> dict[str, Any]:
+    """What a program notification says of the binds that program."""
+    job = group[0]
+    return {'deployable_uuid': job['deployable_uuid'],
+            'deployable_name': job['deployable_name'],
+            'host': job['host'], 'driver_name': job['driver_name'],
+            'image_uuid': job['bitstream_id'],
+            'arq_uuids': [j['arq_uuid'] for j in group]}
 
 
 class Binder:
@@ -54,6 +69,8 @@ class Binder:
         self.glance = glance or glance_client.GlanceClient(conf)
         self.executor = futurist.ThreadPoolExecutor(
             max_workers=conf.conductor.bind_workers)
+        self.notifier = notifications.get_notifier(conf, 'cyborg-conductor')
+        self.bind_durations = conductor_metrics.BindDurations()
 
     @property
     def agent_api(self) -> agent_rpcapi.AgentAPI:
@@ -74,7 +91,9 @@ class Binder:
     def apply_patch(self, context: cyborg_context.RequestContext,
                     binds: dict[str, dict[str, Any]], unbinds: list[str]
                     ) -> arq_bindings.BindBatch:
+        started = time.monotonic()
         removed, failed = [], []
+        before = self._requests(context, unbinds)
         if unbinds:
             # Bound ARQs' mdevs go first, so that a host that cannot
             # remove one leaves its ARQ UnbindFailed, holding the handle.
@@ -88,7 +107,11 @@ class Binder:
         batch = arq_bindings.apply_patch(
             context, binds, unbinds, removed, failed,
             find_bitstream=functools.cache(self._find_bitstream))
-        self._after(batch)
+        self.bind_durations.observe(batch.resolved, started)
+        self._after(batch, started)
+        self._announce(context, self.notifier.arq_unbind, before,
+                       batch.states)
+        self._announce_binds(context, batch.resolved, batch.reasons)
         return batch
 
     def delete(self, context: cyborg_context.RequestContext,
@@ -99,19 +122,24 @@ class Binder:
         stays taken until a later removal succeeds (the stale sweep's, or
         the agent's when it starts again).
         """
+        before = self._requests(context, uuids, instance_uuid)
         batch = arq_bindings.delete(context, uuids, instance_uuid)
         self._after(batch)
+        self._announce(context, self.notifier.arq_delete, before,
+                       batch.states)
         return len(batch.states)
 
-    def _after(self, batch: arq_bindings.BindBatch) -> None:
-        """What a PATCH or DELETE leaves to do once committed."""
+    def _after(self, batch: arq_bindings.BindBatch,
+               started: float | None = None) -> None:
+        """What a PATCH or DELETE leaves to do once committed; ``started``
+        is when the PATCH arrived."""
         if batch.released:
             self._free(batch.released)
         if batch.resolved:
             self.executor.submit(self._notify, batch.resolved,
                                  batch.instances)
         if batch.jobs:
-            self.executor.submit(self._finish, batch.jobs)
+            self.executor.submit(self._finish, batch.jobs, started)
 
     def _find_bitstream(self, function_id: str) -> str:
         return self.glance.find_by_function(function_id).id
@@ -141,10 +169,61 @@ class Binder:
                 if self._remove_device_side(context, h)]
         return attach_handles.free_released(context, gone)
 
+    # Notifications, sent once what they tell of is committed
+
+    def _requests(self, context: cyborg_context.RequestContext,
+                  uuids: list[str] | None,
+                  instance_uuid: str | None = None
+                  ) -> dict[str, dict[str, Any]]:
+        """The ARQs named (or the instance's) as they are now, by uuid;
+        none are read while notifications are off."""
+        if not self.notifier.enabled or not (uuids or instance_uuid):
+            return {}
+        try:
+            if uuids is not None:
+                found = arqs.get_by_uuids(context, uuids, missing_ok=True)
+            else:
+                found, _ = arqs.get_all(context, instance_uuid=instance_uuid)
+        except Exception:
+            # A notification never fails what it tells of.
+            LOG.warning('Cannot read accelerator requests for their '
+                        'notifications.', exc_info=True)
+            return {}
+        return {arq['uuid']: arq for arq in found}
+
+    @staticmethod
+    def _announce(context: cyborg_context.RequestContext,
+                  send: Callable[[cyborg_context.RequestContext,
+                                  dict[str, Any]], None],
+                  before: dict[str, dict[str, Any]],
+                  states: dict[str, str]) -> None:
+        """An unbind's or delete's notifications: each ARQ as it was
+        before, in its new state."""
+        for uuid, arq in sorted(before.items()):
+            if uuid in states:
+                send(context, dict(arq, state=states[uuid]))
+
+    def _announce_binds(self, context: cyborg_context.RequestContext,
+                        ended: dict[str, str], reasons: dict[str, str]
+                        ) -> None:
+        """``bind.end`` or ``bind.error`` for each bind that ended."""
+        now = self._requests(context, list(ended))
+        for uuid, state in sorted(ended.items()):
+            if uuid not in now:
+                continue  # deleted since
+            arq = dict(now[uuid], state=state)
+            if state == 'Bound':
+                self.notifier.arq_bind_end(context, arq)
+            else:
+                self.notifier.arq_bind_error(
+                    context, arq, reasons.get(uuid, 'unknown'))
+
     # Background work
 
-    def _finish(self, jobs: list[Job]) -> None:
-        """Run one PATCH's device-side binds, then end them all."""
+    def _finish(self, jobs: list[Job], started: float | None = None
+                ) -> None:
+        """Run one PATCH's device-side binds, then end them all;
+        ``started`` is when the PATCH arrived."""
         context = cyborg_context.get_admin_context()
         deadline = time.monotonic() + self.timeout
         succeeded: list[Job] = []
@@ -152,6 +231,8 @@ class Binder:
         # The bitstream each deployable got, and whether it is loaded (None:
         # unknown, the agent did not answer).
         programs: dict[int, tuple[str, bool | None]] = {}
+        # Why each bind that failed failed, for its notification.
+        reasons: dict[str, str] = {}
         by_deployable: dict[int, list[Job]] = collections.defaultdict(list)
         for job in jobs:
             by_deployable[job['deployable_id']].append(job)
@@ -161,6 +242,7 @@ class Binder:
             except Exception as exc:
                 self._log_failure(group, exc)
                 failed.extend(group)
+                reasons.update((j['arq_uuid'], str(exc)) for j in group)
                 continue
             for job in group:
                 try:
@@ -168,6 +250,7 @@ class Binder:
                 except Exception as exc:
                     self._log_failure([job], exc)
                     failed.append(job)
+                    reasons[job['arq_uuid']] = str(exc)
                 else:
                     succeeded.append(job)
         try:
@@ -180,6 +263,8 @@ class Binder:
             return
         for uuid, state in ended.items():
             LOG.info('Accelerator request %s is %s.', uuid, state)
+        if started is not None:
+            self.bind_durations.observe(ended, started)
         # What was made for a bind that failed, or whose ARQ was unbound
         # or deleted meanwhile, goes: its handle waits for that.
         undo = [j for j in jobs if j['attach_type'] not in
@@ -189,6 +274,16 @@ class Binder:
             self._free(undo)
         self._notify(ended, {j['arq_uuid']: j['instance_uuid']
                              for j in jobs})
+        # Nova first: it waits for these binds, listeners do not.
+        for deployable_id, (_, loaded) in programs.items():
+            group = by_deployable[deployable_id]
+            if loaded:
+                self.notifier.program_end(context, _program_info(group))
+            else:
+                self.notifier.program_error(
+                    context, _program_info(group),
+                    reasons.get(group[0]['arq_uuid'], 'unknown'))
+        self._announce_binds(context, ended, reasons)
 
     @staticmethod
     def _remaining(deadline: float) -> float:
@@ -213,6 +308,7 @@ class Binder:
         bitstream = job['bitstream_id']
         # Until the agent has answered, the device's content is unknown.
         programs[job['deployable_id']] = (bitstream, False)
+        self.notifier.program_start(context, _program_info(group))
         try:
             self.agent_api.program_fpga(
                 context, job['host'], job['controlpath_id']['cpid_info'],
@@ -286,6 +382,7 @@ class Binder:
                         'than [conductor] bind_timeout; they failed.',
                         ', '.join(sorted(ended)))
             self._notify(ended, {u: i for u, (i, _) in stale.items()})
+            self._announce_binds(context, ended, dict.fromkeys(ended, STALE))
         for uuid in deployables.end_stale_programming(context, cutoff):
             LOG.warning('Deployable %s was being programmed for longer than '
                         '[conductor] bind_timeout; what it holds is now '

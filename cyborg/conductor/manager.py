@@ -7,8 +7,10 @@ from oslo_config import cfg
 from oslo_db import exception as db_exc
 
 from cyborg import context as cyborg_context
+from cyborg.common import device_health
 from cyborg.common import device_report
 from cyborg.common import exception
+from cyborg.common import notifications
 from cyborg.conductor import binding
 from cyborg.conductor import placement_sync
 from cyborg.db.api import arqs
@@ -39,7 +41,7 @@ class ConductorManager:
     """Turns agent reports and heartbeats into database rows, publishes
     them to placement and binds accelerator requests."""
 
-    target = messaging.Target(version='1.7')
+    target = messaging.Target(version='1.8')
 
     def __init__(self, conf: cfg.ConfigOpts,
                  placement: placement_sync.PlacementSync | None = None,
@@ -49,6 +51,7 @@ class ConductorManager:
             placement = placement_sync.PlacementSync(conf)
         self.placement = placement
         self.binder = binder or binding.Binder(conf)
+        self.notifier = notifications.get_notifier(conf, 'cyborg-conductor')
 
     def sync_placement(self, hostname: str) -> int:
         """Publish the host's changes; the providers still pending."""
@@ -95,6 +98,9 @@ class ConductorManager:
                      if result.kept_in_use else '')
         else:
             LOG.debug('Host %s: report unchanged.', host)
+        self.notifier.device_create(context, result.added)
+        self.notifier.device_update(context, result.updated)
+        self.notifier.device_delete(context, result.removed)
         if 'drivers' in report:
             # Agents before RPC 1.5 send none: their rows stay as they are.
             driver_states.apply(context, host, report['drivers'])
@@ -129,7 +135,9 @@ class ConductorManager:
     def arq_create(self, context: cyborg_context.RequestContext,
                    profile_name: str, project_id: str | None
                    ) -> list[dict[str, Any]]:
-        return arqs.create(context, profile_name, project_id)
+        created = arqs.create(context, profile_name, project_id)
+        self.notifier.arq_create(context, created)
+        return created
 
     @messaging.expected_exceptions(exception.CyborgException)
     def arq_create_many(self, context: cyborg_context.RequestContext,
@@ -153,6 +161,7 @@ class ConductorManager:
                                           'message': result.message,
                                           'kwargs': result.kwargs}})
             else:
+                self.notifier.arq_create(context, result)
                 answers.append({'arqs': result})
         return answers
 
@@ -184,6 +193,60 @@ class ConductorManager:
         if hostname:
             self.sync_placement(hostname)
 
+    # Device health (1.8).
+
+    @messaging.expected_exceptions(exception.InvalidReport)
+    def device_health_update(self, context: cyborg_context.RequestContext,
+                             host: str, updates: Any) -> int:
+        if not isinstance(host, str) or not host:
+            raise exception.InvalidReport(host=host,
+                                          reason='host must be a name')
+        try:
+            device_health.validate_update(host, updates)
+        except exception.InvalidReport as exc:
+            LOG.error('Rejected a device health update: %s', exc)
+            raise
+        changed = devices.apply_agent_health(context, host, updates)
+        self._health_changed(context, changed)
+        return len(changed)
+
+    @messaging.expected_exceptions(exception.CyborgException)
+    def device_set_health(self, context: cyborg_context.RequestContext,
+                          uuid: str, state: str | None,
+                          reason: str | None) -> dict[str, Any]:
+        device, _ = devices.set_health(context, uuid, state, reason)
+        changed = [device] if (
+            device['previous_health'], device['previous_health_reason']
+        ) != (device['health'], device['health_reason']) else []
+        self._health_changed(context, changed)
+        return {k: v for k, v in device.items()
+                if not k.startswith('previous_')}
+
+    def _health_changed(self, context: cyborg_context.RequestContext,
+                        changed: list[dict[str, Any]]) -> None:
+        """Log and announce each change; publish the hosts whose
+        reservations follow it at once (a host with nothing to write
+        costs no placement call)."""
+        for device in changed:
+            log = (LOG.warning if device['health'] == device_health.UNHEALTHY
+                   else LOG.info)
+            log('Device %s on %s is %s (was %s)%s.', device['uuid'],
+                device['hostname'], device['health'],
+                device['previous_health'],
+                f': {device["health_reason"]}'
+                if device['health_reason'] else '')
+            self.notifier.device_health_update(
+                context, {k: v for k, v in device.items()
+                          if not k.startswith('previous_')},
+                device['previous_health'], device['previous_health_reason'])
+        for hostname in sorted({d['hostname'] for d in changed}):
+            self.sync_placement(hostname)
+
+    @messaging.expected_exceptions(exception.CyborgException)
+    def host_bindings(self, context: cyborg_context.RequestContext,
+                      host: str) -> list[dict[str, Any]]:
+        return devices.host_bindings(context, host)
+
     @messaging.expected_exceptions(exception.CyborgException)
     def attribute_create(self, context: cyborg_context.RequestContext,
                          values: dict[str, Any]) -> dict[str, Any]:
@@ -205,6 +268,24 @@ class ConductorManager:
         programming has ended; binds that arrive meanwhile wait for it.
         """
         target = deployables.begin_program(context, uuid, image_uuid)
+        program = {'deployable_uuid': uuid, 'deployable_name': target['name'],
+                   'host': target['host'],
+                   'driver_name': target['driver_name'],
+                   'image_uuid': image_uuid, 'arq_uuids': []}
+        self.notifier.program_start(context, program)
+        try:
+            self._program(context, uuid, image_uuid, target)
+        except Exception as exc:
+            # _program has ended the programming in the database.
+            self.notifier.program_error(context, program, str(exc))
+            raise
+        self.notifier.program_end(context, program)
+        LOG.info('Deployable %s programmed with image %s.', uuid,
+                 image_uuid)
+
+    def _program(self, context: cyborg_context.RequestContext, uuid: str,
+                 image_uuid: str, target: dict[str, Any]) -> None:
+        """Have the agent load the image; end the programming begun."""
         # Until the agent has answered, the device's content is unknown.
         loaded: bool | None = False
         try:
@@ -228,8 +309,6 @@ class ConductorManager:
         finally:
             deployables.finish_program(context, target['id'], image_uuid,
                                        loaded)
-        LOG.info('Deployable %s programmed with image %s.', uuid,
-                 image_uuid)
 
     # An agent's reconcile of the mdevs it made (1.6).
 

@@ -63,6 +63,8 @@ class BindBatch:
     released: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     # Binds sent again exactly as they were applied: nothing changed.
     repeated: set[str] = dataclasses.field(default_factory=set)
+    # Why each bind that failed here failed.
+    reasons: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def resolved(self) -> dict[str, str]:
@@ -143,6 +145,7 @@ def _programming_role(session: sa.orm.Session, deployable_id: int,
 def _job(deployable: Any, handle: Any) -> dict[str, Any]:
     """What a worker needs to finish a bind on the device's host."""
     return {'host': deployable.host, 'deployable_id': deployable.id,
+            'deployable_uuid': deployable.uuid,
             'deployable_name': deployable.name,
             'driver_name': deployable.driver_name,
             'controlpath_id': {
@@ -166,7 +169,7 @@ def _bind(session: sa.orm.Session, uuid: str, binding: dict[str, Any],
     the id of the image that provides it.
     """
     deployable = session.execute(
-        sa.select(Dep.id, Dep.name, Dep.driver_name,
+        sa.select(Dep.id, Dep.uuid, Dep.name, Dep.driver_name,
                   models.Device.hostname, models.Device.host,
                   models.Device.status, models.ControlpathID.cpid_type,
                   models.ControlpathID.cpid_info)
@@ -222,6 +225,7 @@ def _bind(session: sa.orm.Session, uuid: str, binding: dict[str, Any],
         LOG.info('Accelerator request %s cannot bind to provider %s: %s.',
                  uuid, binding['device_rp_uuid'], reason)
         values['state'] = 'BindFailed'
+        batch.reasons[uuid] = reason
     else:
         assert deployable is not None and handle is not None
         values.update(attach_handle_id=handle.id,

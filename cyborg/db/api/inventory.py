@@ -21,6 +21,7 @@ from oslo_utils import timeutils
 from cyborg import context as cyborg_context
 from cyborg.common.device_report import canonical_json
 from cyborg.db import models
+from cyborg.db.api import devices as devices_api
 from cyborg.db.api import providers
 from cyborg.db.api import reader
 from cyborg.db.api import writer
@@ -55,16 +56,24 @@ def resource_provider_uuid(hostname: str, cpid_info: dict[str, str],
 
 @dataclasses.dataclass
 class ReportResult:
-    """What one report changed; ``writes`` counts rows written."""
+    """What one report changed; ``writes`` counts rows written.
+
+    ``added``, ``updated`` and ``removed`` are those devices as
+    ``devices.to_dict`` gives them, for notifications; not sent back.
+    """
 
     devices_added: int = 0
     devices_updated: int = 0
     devices_removed: int = 0
     kept_in_use: int = 0
     writes: int = 0
+    added: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    updated: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    removed: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict[str, int]:
-        return dataclasses.asdict(self)
+        return {f.name: getattr(self, f.name)
+                for f in dataclasses.fields(self) if f.type is int}
 
 
 @dataclasses.dataclass
@@ -279,9 +288,14 @@ def _add_devices(w: _Writer, host: str, hostname: str, status: str,
                                                       Report]]:
     """Insert devices with ``status`` and their control paths; return
     their deployables to add."""
-    device_ids = w.insert(models.Device, [
-        dict(host=host, status=status, **_device_values(dev, hostname))
-        for dev in reports], returning=True)
+    # Whole seconds: what is notified is what MySQL keeps.
+    now = timeutils.utcnow().replace(microsecond=0)
+    rows = [dict(host=host, status=status, created_at=now,
+                 **_device_values(dev, hostname)) for dev in reports]
+    device_ids = w.insert(models.Device, rows, returning=True)
+    w.result.added.extend(dict(row, id=device_id, updated_at=None)
+                          for device_id, row in zip(device_ids, rows,
+                                                    strict=True))
     cpid_ids = w.insert(models.ControlpathID, [
         {'device_id': device_id,
          'cpid_type': dev['controlpath_id']['cpid_type'],
@@ -394,6 +408,10 @@ def _sync_device(w: _Writer, existing: _DeviceRows, report: Report,
         changed = True
     if changed or added:
         w.result.devices_updated += 1
+        w.result.updated.append(dict(
+            devices_api.to_dict(existing.row),
+            **_device_values(report, hostname),
+            updated_at=timeutils.utcnow().replace(microsecond=0)))
     return added
 
 
@@ -428,6 +446,7 @@ def _remove_device(w: _Writer, host: str, key: str, device: _DeviceRows,
     w.delete(models.ControlpathID, device.cpid)
     w.delete(models.Device, device.row)
     w.result.devices_removed += 1
+    w.result.removed.append(devices_api.to_dict(device.row))
 
 
 @writer
