@@ -1,4 +1,5 @@
-"""Assembling an agent: drivers, cache, tracker, RPC, tasks, hot-plug."""
+"""Assembling an agent: drivers, cache, tracker, RPC, tasks, hot-plug,
+health passes and metrics."""
 from collections.abc import Iterable
 
 from oslo_config import cfg
@@ -6,9 +7,12 @@ from oslo_config import cfg
 from cyborg.accelerator import drivers
 from cyborg.accelerator.drivers.base import AcceleratorDriver
 from cyborg.agent import cache as agent_cache
+from cyborg.agent import health
 from cyborg.agent import hotplug
 from cyborg.agent import manager
+from cyborg.agent import metrics as agent_metrics
 from cyborg.agent import resource_tracker
+from cyborg.common import notifications
 from cyborg.common import rpc
 from cyborg.common import rpc_service
 from cyborg.conductor import rpcapi as conductor_rpcapi
@@ -20,15 +24,19 @@ class AgentService(rpc_service.RPCService):
 
     def __init__(self, agent: manager.AgentManager,
                  tasks: list[rpc_service.PeriodicTask],
-                 monitor: hotplug.HotplugMonitor | None) -> None:
+                 monitor: hotplug.HotplugMonitor | None,
+                 metrics: agent_metrics.AgentMetrics | None = None) -> None:
         super().__init__(rpc.AGENT_TOPIC, agent.conf.host, [agent], tasks)
         self.agent = agent
         self.monitor = monitor
+        self.metrics = metrics
 
     def start(self) -> None:
         # Before any RPC call or report: an unbind that arrives now must
         # find the mdev it removes, and the report the host as it will be.
         self.agent.restore_mdevs()
+        if self.metrics is not None:
+            self.metrics.start()
         if self.monitor is not None:
             self.monitor.start()
         super().start()
@@ -37,6 +45,8 @@ class AgentService(rpc_service.RPCService):
         if self.monitor is not None:
             self.monitor.stop()
         super().stop()
+        if self.metrics is not None:
+            self.metrics.stop()
 
 
 def build(conf: cfg.ConfigOpts,
@@ -64,9 +74,15 @@ def build(conf: cfg.ConfigOpts,
         monitor = hotplug.HotplugMonitor(report.trigger,
                                          conf.agent.hotplug_debounce,
                                          events=hotplug_events)
-    return AgentService(
-        agent,
-        [report,
-         rpc_service.PeriodicTask('agent-heartbeat', agent.heartbeat,
-                                  conf.heartbeat_interval)],
-        monitor)
+    tasks = [report,
+             rpc_service.PeriodicTask('agent-heartbeat', agent.heartbeat,
+                                      conf.heartbeat_interval)]
+    metrics = (agent_metrics.AgentMetrics(conf)
+               if conf.agent.metrics_port else None)
+    if conf.agent.health_interval > 0:
+        monitor_health = health.HealthMonitor(
+            conf, tracker, conductor_api, metrics=metrics,
+            notifier=notifications.get_notifier(conf, 'cyborg-agent'))
+        tasks.append(rpc_service.PeriodicTask(
+            'agent-health', monitor_health.run, conf.agent.health_interval))
+    return AgentService(agent, tasks, monitor, metrics)

@@ -6,6 +6,7 @@ from cyborg import version
 from cyborg.common import rpc
 from cyborg.common import rpc_service
 from cyborg.conductor import manager
+from cyborg.conductor import metrics as conductor_metrics
 from cyborg.conductor import placement_sync
 from cyborg.db.api import services
 
@@ -13,7 +14,31 @@ from cyborg.db.api import services
 STALE_BIND_INTERVAL = 60
 
 
-def build(conf: cfg.ConfigOpts) -> rpc_service.RPCService:
+class ConductorService(rpc_service.RPCService):
+    """The conductor's RPC server and periodic tasks, with its metrics
+    server when ``[conductor] metrics_port`` is set."""
+
+    def __init__(self, conductor: manager.ConductorManager,
+                 tasks: list[rpc_service.PeriodicTask],
+                 metrics: conductor_metrics.ConductorMetrics | None) -> None:
+        super().__init__(rpc.CONDUCTOR_TOPIC, conductor.conf.host,
+                         [conductor], tasks)
+        self.metrics = metrics
+
+    def start(self) -> None:
+        # First: a port already taken stops the conductor before it takes
+        # any message.
+        if self.metrics is not None:
+            self.metrics.start()
+        super().start()
+
+    def stop(self) -> None:
+        super().stop()
+        if self.metrics is not None:
+            self.metrics.stop()
+
+
+def build(conf: cfg.ConfigOpts) -> ConductorService:
     """A conductor service for ``conf.host``; rpc.init() must have run."""
 
     def heartbeat() -> None:
@@ -38,5 +63,7 @@ def build(conf: cfg.ConfigOpts) -> rpc_service.RPCService:
             tasks.append(rpc_service.PeriodicTask(
                 'placement-reconcile', conductor.placement.reconcile,
                 conf.placement.reconcile_interval))
-    return rpc_service.RPCService(rpc.CONDUCTOR_TOPIC, conf.host,
-                                  [conductor], tasks)
+    metrics = (conductor_metrics.ConductorMetrics(
+        conf, conductor.binder.bind_durations)
+        if conf.conductor.metrics_port else None)
+    return ConductorService(conductor, tasks, metrics)

@@ -86,6 +86,68 @@ agent_opts = [
              'used at once. Devices the conductor already knows keep their '
              'status whatever this option says; a device that disappears '
              'from the host and comes back is new again.'),
+    cfg.FloatOpt(
+        'health_interval',
+        default=10.0,
+        min=0,
+        help='Seconds between two health passes, in which the agent asks '
+             'each driver for the health and a usage sample of each device '
+             'it discovered last. A change of health goes to the conductor '
+             'in that pass (an unhealthy device stops being offered by '
+             'placement within a second of it); usage samples go out as '
+             'notifications and metrics and are never stored. A pass over '
+             '256 PCI functions costs a few tens of milliseconds. 0 turns '
+             'health passes off: devices keep the health they had, and are '
+             '"unknown" when they never had one.'),
+    cfg.PortOpt(
+        'metrics_port',
+        default=0,
+        help='TCP port on which the agent serves Prometheus metrics of its '
+             'devices (health, temperature, power, utilisation, memory, '
+             'driver counters) at /metrics. 0, the default, serves none. '
+             'The values are those of the agent\'s last health pass. See '
+             'the "Monitoring accelerators" admin guide.'),
+    cfg.HostAddressOpt(
+        'metrics_host',
+        default='0.0.0.0',
+        help='Address on which the agent serves Prometheus metrics when '
+             '[agent] metrics_port is set: 0.0.0.0 for every IPv4 address, '
+             '"::" for every IPv6 (and, where the kernel allows, IPv4) '
+             'address, 127.0.0.1 for a Prometheus on this host only. The '
+             'metrics are served without authentication: restrict who can '
+             'reach the port.'),
+    cfg.FloatOpt(
+        'health_temperature_degraded',
+        default=85.0,
+        min=0,
+        max=200,
+        help='Degrees Celsius at or above which a PCI device\'s hottest '
+             'hwmon sensor (or, for NVIDIA GPUs, NVML\'s GPU temperature) '
+             'makes its health "degraded". Data-centre accelerators '
+             'start throttling at around 85-90 C (a DFL FPGA card at its '
+             'temp1_max, a GPU at its slowdown temperature): a device '
+             'this hot does less work than placement thinks. Must not be '
+             'above [agent] health_temperature_unhealthy.'),
+    cfg.FloatOpt(
+        'health_temperature_unhealthy',
+        default=95.0,
+        min=0,
+        max=200,
+        help='Degrees Celsius at or above which a PCI device\'s hottest '
+             'sensor makes its health "unhealthy", so that it stops being '
+             'offered: a few degrees higher boards shut themselves down '
+             '(a DFL FPGA card at its temp1_emergency, a GPU at its '
+             'shutdown temperature) and what runs on them is lost.'),
+    cfg.StrOpt(
+        'debugfs_path',
+        default='/sys/kernel/debug',
+        help='Where debugfs is mounted, under [agent] sysfs_root. Drivers '
+             'read device telemetry the kernel only exposes there (Intel '
+             'QAT 4xxx: qat_<device>_<address>/telemetry/device_data) '
+             'and never write to it; telemetry an operator has not turned '
+             'on (by writing to its "control" file) is not read. debugfs '
+             'is readable by root only: an agent running as another user '
+             'reads no telemetry.'),
 ]
 
 

@@ -22,6 +22,24 @@ conductor_opts: list[cfg.Opt] = [
         min=1,
         help='Threads of a conductor that run binds needing the agent, and '
              'send events to Nova.'),
+    cfg.PortOpt(
+        'metrics_port',
+        default=0,
+        help='TCP port on which the conductor serves Prometheus metrics at '
+             '/metrics: accelerator requests by state and how long its '
+             'binds took. 0, the default, serves none. Every conductor '
+             'serves the same accelerator request counts (of the whole '
+             'cloud) and a histogram of its own binds. See the "Monitoring '
+             'accelerators" admin guide.'),
+    cfg.HostAddressOpt(
+        'metrics_host',
+        default='0.0.0.0',
+        help='Address on which the conductor serves Prometheus metrics when '
+             '[conductor] metrics_port is set: 0.0.0.0 for every IPv4 '
+             'address, "::" for every IPv6 (and, where the kernel allows, '
+             'IPv4) address, 127.0.0.1 for a Prometheus on this host only. '
+             'The metrics are served without authentication: restrict who '
+             'can reach the port.'),
 ]
 
 

@@ -217,7 +217,12 @@ class Stack:
         return process
 
     def _service(self, name: str, kind: str,
-                 sections: dict[str, dict[str, Any]]) -> Process:
+                 sections: dict[str, dict[str, Any]],
+                 extra: dict[str, dict[str, Any]] | None = None) -> Process:
+        """A cyborg service; ``extra`` adds options, section by section,
+        over those the stack sets."""
+        for section, values in (extra or {}).items():
+            sections[section] = {**sections.get(section, {}), **values}
         conf = write_conf(self.workdir / f'{name}.conf', sections)
         return self._add(name, kind, [sys.executable, '-m',
                                       f'cyborg.cmd.{kind}',
@@ -276,7 +281,9 @@ class Stack:
             # Not listening yet, or bound but not serving yet.
             return False
 
-    def add_conductor(self, host: str) -> Process:
+    def add_conductor(self, host: str,
+                      extra: dict[str, dict[str, Any]] | None = None
+                      ) -> Process:
         """A conductor publishing to placement and telling Nova, both with
         fixed tokens (keystoneauth's admin_token plugin). It logs each RPC
         message it takes and answers (see ``rpc_calls``)."""
@@ -294,12 +301,14 @@ class Stack:
             'nova': {'auth_type': 'admin_token',
                      'endpoint': self.nova_endpoint,
                      'endpoint_override': self.nova_endpoint,
-                     'token': self.nova_token}})
+                     'token': self.nova_token}}, extra)
 
     def add_agent(self, host: str, hostname: str, devices: int,
                   accelerators: int,
                   pci_specs: tuple[dict[str, Any], ...] = (),
-                  sysfs_root: str | None = None) -> Process:
+                  sysfs_root: str | None = None,
+                  extra: dict[str, dict[str, Any]] | None = None
+                  ) -> Process:
         """An agent of host ``host`` (compute node ``hostname``) with the
         fake driver, and generic_pci over ``sysfs_root`` when
         ``pci_specs`` select functions. It logs at DEBUG, which says
@@ -317,7 +326,7 @@ class Stack:
             agent['sysfs_root'] = sysfs_root
             sections['generic_pci'] = {
                 'device_specs': [json.dumps(s) for s in pci_specs]}
-        return self._service(host, 'agent', sections)
+        return self._service(host, 'agent', sections, extra)
 
     def state_path(self, name: str) -> pathlib.Path:
         return self._dir(f'{name}-state')

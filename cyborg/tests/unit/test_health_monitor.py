@@ -111,9 +111,9 @@ def test_first_pass_sends_all_then_only_changes(agent):
     Sick.readings = {'0d': Health('unhealthy', 'AER: 1 fatal error')}
     monitor.run()
     (_, updates), = conductor.updates[1:]
-    assert updates == [{'controlpath_id': {
-        'cpid_type': 'PCI', 'cpid_info': {'domain': '0000', 'bus': '0d',
-                                          'device': '00', 'function': '0'}},
+    sick = {'domain': '0000', 'bus': '0d', 'device': '00', 'function': '0'}
+    assert updates == [{
+        'controlpath_id': {'cpid_type': 'PCI', 'cpid_info': sick},
         'state': 'unhealthy', 'reason': 'AER: 1 fatal error'}]
 
 
