@@ -1,12 +1,13 @@
 """Health passes: each device's health and usage, read from its driver.
 
-A pass asks every driver for the health and a usage sample of each device
-its last discovery found (``ResourceTracker.discovered``): no second scan
-of the bus. Health changes go to the conductor in the same pass, and only
-changes: an unchanged host costs no RPC call, no database write and no
-placement call. Usage samples are never stored; they go out as one
-``accelerator.device.usage`` notification per pass and as the agent's
-Prometheus metrics.
+A pass asks every driver for the health of each device its last discovery
+found (``ResourceTracker.discovered``): no second scan of the bus. Health
+changes go to the conductor in the same pass, and only changes: an
+unchanged host costs no RPC call, no database write and no placement
+call. Every ``[agent] usage_interval`` seconds the pass also takes a usage
+sample of each device; samples are never stored: they go out as one
+``accelerator.device.usage`` notification and as the agent's Prometheus
+metrics.
 """
 import logging
 import time
@@ -83,17 +84,25 @@ class HealthMonitor:
         # once and not at every pass.
         self._errors: dict[str, str] = {}
         self._send_failing = False
+        # Control path key -> the last usage sample, shown by the metrics
+        # until the next sample is due.
+        self._usage: dict[str, device_health.Usage | None] = {}
+        self._usage_at: float | None = None
 
     @property
     def host(self) -> str:
         return self.conf.host
 
-    def _read(self, driver: AcceleratorDriver, device: DriverDevice
+    def _read(self, driver: AcceleratorDriver, device: DriverDevice,
+              sample_usage: bool
               ) -> tuple[Health, device_health.Usage | None]:
         name = type(driver).driver_name
+        key = canonical_json(device.controlpath_id)
         try:
             health = driver.health(device)
-            usage = driver.usage(device)
+            if sample_usage:
+                self._usage[key] = driver.usage(device)
+            usage = self._usage.get(key)
         except Exception as exc:
             error = f'{type(exc).__name__}: {exc}'
             key = f'{name} {_address(device)}'
@@ -110,14 +119,15 @@ class HealthMonitor:
                             f'driver {name} does not read device health')
         return health, usage
 
-    def collect(self) -> list[DeviceSample]:
-        """Every discovered device's health and usage, without labels
-        from the conductor."""
+    def collect(self, sample_usage: bool = True) -> list[DeviceSample]:
+        """Every discovered device's health, and its usage (the last
+        sample unless ``sample_usage``), without labels from the
+        conductor."""
         samples = []
         for driver in self.tracker.drivers:
             name = type(driver).driver_name
             for device in self.tracker.discovered.get(name, []):
-                health, usage = self._read(driver, device)
+                health, usage = self._read(driver, device, sample_usage)
                 samples.append(DeviceSample(
                     controlpath_id={'cpid_type': device.cpid_type,
                                     'cpid_info': dict(device.controlpath_id)},
@@ -130,7 +140,12 @@ class HealthMonitor:
 
     def run(self) -> list[DeviceSample]:
         """One pass: read, send changes, label, publish."""
-        samples = self.collect()
+        now = self.clock()
+        usage_due = (self._usage_at is None or now - self._usage_at
+                     >= self.conf.agent.usage_interval)
+        if usage_due:
+            self._usage_at = now
+        samples = self.collect(usage_due)
         if self.tracker.accepted != self._accepted_seen:
             # New devices may have reached the conductor: they have no
             # health there yet, and may hold other uuids.
@@ -143,7 +158,8 @@ class HealthMonitor:
             self._label(samples)
             if self.metrics is not None:
                 self.metrics.update(samples)
-            if self.notifier is not None and self.notifier.enabled:
+            if (usage_due and self.notifier is not None
+                    and self.notifier.enabled):
                 self.notifier.device_usage(
                     cyborg_context.get_admin_context(), self.host, samples)
         return samples

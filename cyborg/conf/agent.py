@@ -88,17 +88,30 @@ agent_opts = [
              'from the host and comes back is new again.'),
     cfg.FloatOpt(
         'health_interval',
-        default=10.0,
+        default=1.0,
         min=0,
         help='Seconds between two health passes, in which the agent asks '
-             'each driver for the health and a usage sample of each device '
-             'it discovered last. A change of health goes to the conductor '
-             'in that pass (an unhealthy device stops being offered by '
-             'placement within a second of it); usage samples go out as '
-             'notifications and metrics and are never stored. A pass over '
-             '256 PCI functions costs a few tens of milliseconds. 0 turns '
-             'health passes off: devices keep the health they had, and are '
-             '"unknown" when they never had one.'),
+             'each driver for the health of each device it discovered last. '
+             'A change of health goes to the conductor in that pass, and '
+             'the conductor reserves an unhealthy device in placement before '
+             'it answers, so placement stops offering a failed device within '
+             'this interval plus a few tens of milliseconds. A pass reads a '
+             'few sysfs files per device: about 23 ms for a host of 256 PCI '
+             'functions, well under 1 ms for a host of 8 devices; an '
+             'unchanged pass sends nothing. 0 turns health passes off: '
+             'devices keep the health they had, and are "unknown" when they '
+             'never had one.'),
+    cfg.FloatOpt(
+        'usage_interval',
+        default=10.0,
+        min=1.0,
+        help='Seconds between two usage samples of every device '
+             '(temperature, power, utilisation, memory, counters), read in '
+             'the health pass that falls due. Samples are never stored: they '
+             'update the agent\'s Prometheus metrics and go out as one '
+             'accelerator.device.usage notification per sample when '
+             'notifications are enabled, so this bounds the message rate '
+             'each host adds to the bus.'),
     cfg.PortOpt(
         'metrics_port',
         default=0,

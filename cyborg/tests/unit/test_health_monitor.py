@@ -183,3 +183,29 @@ def test_samples_get_labels_and_go_to_metrics_and_notifications(agent):
     clock.now += health.BINDINGS_INTERVAL
     monitor.run()
     assert conductor.binding_calls == 2
+
+
+def test_usage_is_sampled_every_usage_interval(agent, conf):
+    monitor, tracker, conductor, sink, notifier, clock = agent
+    conf.set_override('usage_interval', 10, 'agent')
+    reads = []
+    real_usage = Sick.usage
+
+    def counted(self, device):
+        reads.append(device)
+        return real_usage(self, device)
+
+    Sick.usage = counted
+    try:
+        monitor.run()
+        clock.now += 9
+        samples = monitor.run()
+        # The metrics keep showing the last sample in between.
+        assert samples[0].usage.temperature_celsius == 41.0
+        assert (len(reads), len(notifier.sent), len(sink.passes)) == (
+            2, 1, 2)
+        clock.now += 1
+        monitor.run()
+        assert (len(reads), len(notifier.sent)) == (4, 2)
+    finally:
+        Sick.usage = real_usage
