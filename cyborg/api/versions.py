@@ -22,6 +22,8 @@ VERSIONS = (
     (2, 3),  # status of devices
     (2, 4),  # 400 instead of 500 for bad input; limit/marker pagination
     (2, 5),  # GET /services, GET /drivers, POST /hosts/{host}/discover
+    (2, 6),  # device health, the impact of taking a device out
+    (2, 7),  # GET /capacity
 )
 MIN_VERSION = VERSIONS[0]
 MAX_VERSION = VERSIONS[-1]

@@ -198,13 +198,28 @@ for _logger in ('oslo_messaging.notify.notifier',
 
 
 def _register(conf: cfg.ConfigOpts) -> None:
-    """oslo.messaging registers its options (the notification ones, the
-    transport URL) only when a transport is made; whether to make one
-    depends on them."""
+    """oslo.messaging registers its notification options only when a
+    notifier is made; whether to make one depends on them.
+
+    Only those: its [DEFAULT] transport options are registered by the
+    transport itself, and a copy registered here would differ from them
+    once ``rpc.set_defaults`` has changed ``control_exchange``'s default,
+    which oslo.config refuses as a duplicate.
+    """
     for group, opts in messaging_opts.list_opts():
-        if group in (None, GROUP):
+        if group == GROUP:
             conf.register_opts(opts, group=group)
     conf.set_default('topics', DEFAULT_TOPICS, group=GROUP)
+
+
+def _transport_url(conf: cfg.ConfigOpts) -> str | None:
+    """``[DEFAULT] transport_url``; None where no transport registered it
+    yet (a process that has not made one)."""
+    try:
+        url: str | None = conf.transport_url
+    except cfg.NoSuchOptError:
+        return None
+    return url
 
 
 def configured(conf: cfg.ConfigOpts) -> bool:
@@ -382,7 +397,8 @@ def get_notifier(conf: cfg.ConfigOpts, binary: str) -> Notifier:
     _register(conf)
     options = conf[GROUP]
     key = (id(conf), binary, conf.host, tuple(options.driver),
-           options.transport_url, conf.transport_url, tuple(options.topics),
+           options.transport_url, _transport_url(conf),
+           tuple(options.topics),
            options.retry)
     with _NOTIFIERS_LOCK:
         notifier = _NOTIFIERS.get(key)

@@ -6,6 +6,7 @@ from oslo_policy import policy
 from cyborg.policies import arqs
 from cyborg.policies import attributes
 from cyborg.policies import base
+from cyborg.policies import capacity
 from cyborg.policies import deployables
 from cyborg.policies import device_profiles
 from cyborg.policies import devices
@@ -16,5 +17,5 @@ from cyborg.policies import services
 
 def list_policies() -> Iterator[policy.RuleDefault]:
     for module in (base, device_profiles, arqs, devices, deployables,
-                   attributes, services, drivers, hosts):
+                   attributes, services, drivers, hosts, capacity):
         yield from module.list_rules()

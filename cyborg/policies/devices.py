@@ -15,6 +15,17 @@ rules: list[policy.RuleDefault] = [
          [('POST', '/v2/devices/{uuid}/disable')]),
     rule(P % 'enable', 'rule:admin_api', 'Return a device to scheduling.',
          [('POST', '/v2/devices/{uuid}/enable')]),
+    rule(P % 'set_health', 'rule:admin_api',
+         "Set a device's health over its agent's readings, or clear that "
+         'setting (microversion 2.6).',
+         [('PUT', '/v2/devices/{uuid}/health'),
+          ('DELETE', '/v2/devices/{uuid}/health')]),
+    # Administrators only, unlike showing a device: the answer names the
+    # instances and projects of every project that uses the device.
+    rule(P % 'impact', 'rule:admin_api',
+         'List the accelerator requests, instances and projects that '
+         'taking a device out would touch (microversion 2.6).',
+         [('GET', '/v2/devices/{uuid}/impact')]),
 ]
 
 

@@ -25,6 +25,10 @@ STRICT_VERSION = (2, 4)
 # The first microversion with the operators' resources: /services,
 # /drivers and /hosts/{host}/discover.
 OPERATOR_VERSION = (2, 5)
+# The first microversion with device health and the impact dry run.
+HEALTH_VERSION = (2, 6)
+# The first microversion with GET /capacity.
+CAPACITY_VERSION = (2, 7)
 
 
 class JsonType(wtypes.UserType):

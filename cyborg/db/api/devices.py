@@ -132,7 +132,8 @@ def apply_agent_health(context: cyborg_context.RequestContext, host: str,
         .join(models.ControlpathID,
               models.ControlpathID.device_id == Device.id)
         .where(Device.host == host)).all()
-    now = timeutils.utcnow()
+    # To the second, as MariaDB's DATETIME keeps it.
+    now = timeutils.utcnow().replace(microsecond=0)
     changed: list[dict[str, Any]] = []
     resync: list[int] = []
     for device, cpid_type, cpid_info in rows:
@@ -146,12 +147,14 @@ def apply_agent_health(context: cyborg_context.RequestContext, host: str,
                 state, reason):
             continue
         values: dict[str, Any] = {'agent_health': state,
-                                  'agent_health_reason': reason}
+                                  'agent_health_reason': reason,
+                                  'updated_at': now}
         if device.health_source == 'agent' and (
                 device.health, device.health_reason) != (state, reason):
             values.update(health=state, health_reason=reason,
                           health_changed_at=now)
-            changed.append(_changed(device, state, reason, 'agent'))
+            changed.append(dict(_changed(device, state, reason, 'agent'),
+                                health_changed_at=now, updated_at=now))
             if (state == UNHEALTHY) != (device.health == UNHEALTHY):
                 resync.append(device.id)
         session.execute(sa.update(Device).where(Device.id == device.id)
@@ -193,11 +196,12 @@ def set_health(context: cyborg_context.RequestContext, uuid: str,
             state, reason, source):
         return after, False
     flips = (state == UNHEALTHY) != (device.health == UNHEALTHY)
+    now = timeutils.utcnow().replace(microsecond=0)
     values: dict[str, Any] = {'health': state, 'health_reason': reason,
-                              'health_source': source}
+                              'health_source': source, 'updated_at': now}
+    after['updated_at'] = now
     if (device.health, device.health_reason) != (state, reason):
-        values['health_changed_at'] = after['health_changed_at'] = (
-            timeutils.utcnow())
+        values['health_changed_at'] = after['health_changed_at'] = now
     session.execute(sa.update(Device).where(Device.id == device.id)
                     .values(**values))
     if flips:

@@ -232,3 +232,13 @@ def test_impact_and_bindings_name_the_holders(conf, conductor, node):
                                                      ['project-a'])
     with pytest.raises(exception.ResourceNotFound):
         devices.impact(ctx, str(uuid.uuid4()))
+
+
+def test_answers_carry_the_times_stored(conf, conductor, node):
+    ctx, (device,) = _setup(conf, conductor, node, count=1)
+    shown = conductor.device_set_health(ctx, device['uuid'], 'degraded',
+                                        'warm')
+    stored = devices.get(ctx, device['uuid'])
+    assert shown['updated_at'] == stored['updated_at']
+    assert shown['health_changed_at'] == stored['health_changed_at']
+    assert stored['updated_at'] is not None

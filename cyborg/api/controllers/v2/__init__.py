@@ -7,6 +7,7 @@ from pecan import rest
 from cyborg.api.controllers import base
 from cyborg.api.controllers.v2 import arqs
 from cyborg.api.controllers.v2 import attributes
+from cyborg.api.controllers.v2 import capacity
 from cyborg.api.controllers.v2 import deployables
 from cyborg.api.controllers.v2 import device_profiles
 from cyborg.api.controllers.v2 import devices
@@ -15,11 +16,14 @@ from cyborg.api.controllers.v2 import hosts
 from cyborg.api.controllers.v2 import services
 from cyborg.api.controllers.version_doc import version_document
 
-# Resources added by a later microversion, and that microversion: below
-# it, every path of the resource is a 404 (see root.ROUTES).
+# Resources, or paths of a resource, added by a later microversion, and
+# that microversion: below it, every such path is a 404 (see root.ROUTES).
 ADDED_IN = {'services': base.OPERATOR_VERSION,
             'drivers': base.OPERATOR_VERSION,
-            'hosts': base.OPERATOR_VERSION}
+            'hosts': base.OPERATOR_VERSION,
+            'devices/{uuid}/health': base.HEALTH_VERSION,
+            'devices/{uuid}/impact': base.HEALTH_VERSION,
+            'capacity': base.CAPACITY_VERSION}
 
 
 class V2Controller(rest.RestController):
@@ -33,6 +37,7 @@ class V2Controller(rest.RestController):
     services = services.ServicesController()
     drivers = drivers.DriversController()
     hosts = hosts.HostsController()
+    capacity = capacity.CapacityController()
 
     @pecan.expose('json')
     def get(self) -> dict[str, Any]:

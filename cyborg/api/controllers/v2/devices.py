@@ -1,5 +1,7 @@
-"""/v2/devices: list and show devices, take them out of scheduling."""
+"""/v2/devices: list and show devices, take them out of scheduling; from
+2.6 their health and the impact of taking one out."""
 from http import HTTPStatus
+from typing import Any
 
 import pecan
 from pecan import rest
@@ -7,6 +9,8 @@ from wsme import types as wtypes
 
 from cyborg.api.controllers import base
 from cyborg.api.expose import expose
+from cyborg.api.schemas import devices as schema
+from cyborg.common import exception
 from cyborg.db.api import devices
 
 # Microversion that added ``status``.
@@ -14,7 +18,8 @@ STATUS_VERSION = (2, 3)
 
 
 class Device(base.Resource):
-    """A device as the API shows it; ``status`` from microversion 2.3."""
+    """A device as the API shows it; ``status`` from microversion 2.3,
+    its health from 2.6."""
 
     uuid = wtypes.text
     type = wtypes.text
@@ -25,6 +30,13 @@ class Device(base.Resource):
     vendor_board_info = wtypes.text
     hostname = wtypes.text
     status = base.Field(wtypes.text, since=STATUS_VERSION)
+    # healthy, degraded, unhealthy or unknown; why; who set it (the
+    # agent, or an operator until cleared); when it last changed.
+    health = base.Field(wtypes.text, since=base.HEALTH_VERSION)
+    health_reason = base.Field(wtypes.text, since=base.HEALTH_VERSION)
+    health_source = base.Field(wtypes.text, since=base.HEALTH_VERSION)
+    health_changed_at = base.Field(wtypes.text, since=base.HEALTH_VERSION,
+                                   convert=base.timestamp)
     links = base.links_field('v2', 'devices')
     created_at = base.timestamp_field()
     updated_at = base.timestamp_field()
@@ -34,6 +46,31 @@ class DeviceCollection(wtypes.Base):
     # tempest checks that ``devices`` is the first key.
     devices = [Device]
     next = wtypes.text
+
+
+class ImpactARQ(base.Resource):
+    """An accelerator request that holds, or is binding, the device."""
+
+    uuid = wtypes.text
+    state = wtypes.text
+    instance_uuid = wtypes.text
+    project_id = wtypes.text
+    device_profile_name = wtypes.text
+    deployable_uuid = wtypes.text
+
+
+def _impact_arqs(arqs: list[dict[str, Any]]) -> list[ImpactARQ]:
+    return [ImpactARQ.from_dict(arq) for arq in arqs]
+
+
+class Impact(base.Resource):
+    """What taking the device out (disable, or set unhealthy) would
+    touch: the requests on it, their instances and projects."""
+
+    device_uuid = wtypes.text
+    arqs = base.Field([ImpactARQ], convert=_impact_arqs)
+    instances = [wtypes.text]
+    projects = [wtypes.text]
 
 
 def _empty_200() -> None:
@@ -47,19 +84,28 @@ def _empty_200() -> None:
 
 class DevicesController(rest.RestController):
 
-    # POST /devices/{uuid}/disable and /devices/{uuid}/enable
-    _custom_actions = {'disable': ['POST'], 'enable': ['POST']}
+    # POST /devices/{uuid}/disable and /devices/{uuid}/enable; GET
+    # /devices/{uuid}/impact (2.6). PUT and DELETE of /devices/{uuid}/health
+    # (2.6) reach ``put`` and ``delete``: pecan looks a custom action of
+    # those methods up after the collection, not after the uuid.
+    _custom_actions = {'disable': ['POST'], 'enable': ['POST'],
+                       'impact': ['GET']}
 
     @expose(DeviceCollection, wtypes.text, wtypes.text, wtypes.text,
-            wtypes.text, wtypes.text)
+            wtypes.text, wtypes.text, wtypes.text)
     def get_all(self, type: str | None = None, vendor: str | None = None,
-                hostname: str | None = None, limit: str | None = None,
+                hostname: str | None = None, health: str | None = None,
+                limit: str | None = None,
                 marker: str | None = None) -> DeviceCollection:
         ctx = base.authorize('cyborg:device:get_all')
+        if health is not None:
+            base.require_version(*base.HEALTH_VERSION,
+                                 feature='The health filter')
+        health = schema.health_filter(health)
         page = base.Page(limit, marker)
         found, more = devices.get_all(ctx, type=type, vendor=vendor,
-                                      hostname=hostname, size=page.size,
-                                      marker=page.marker)
+                                      hostname=hostname, health=health,
+                                      size=page.size, marker=page.marker)
         return page.collection(DeviceCollection, 'devices', Device,
                                'devices', found, more)
 
@@ -83,3 +129,41 @@ class DevicesController(rest.RestController):
         pecan.request.conductor_api.device_set_status(
             ctx, base.path_uuid(uuid, 'Device'), 'enabled')
         _empty_200()
+
+    @expose(Impact, wtypes.text)
+    def impact(self, uuid: str) -> Impact:
+        """The dry run before taking the device out: a read, nothing
+        changes."""
+        ctx = base.authorize('cyborg:device:impact')
+        return Impact.from_dict(
+            devices.impact(ctx, base.path_uuid(uuid, 'Device')))
+
+    @expose(Device, wtypes.text, wtypes.text, body=base.jsontype,
+            status_code=HTTPStatus.OK)
+    def put(self, uuid: str, action: str | None = None,
+            body: Any = None) -> Device:
+        """``PUT /devices/{uuid}/health``: the operator's health, which
+        stands over the agent's readings until cleared."""
+        ctx = base.authorize('cyborg:device:set_health')
+        uuid = _health_path(uuid, action)
+        state, reason = schema.validate_health(body)
+        return Device.from_dict(pecan.request.conductor_api.device_set_health(
+            ctx, uuid, state, reason))
+
+    @expose(Device, wtypes.text, wtypes.text, status_code=HTTPStatus.OK)
+    def delete(self, uuid: str, action: str | None = None) -> Device:
+        """``DELETE /devices/{uuid}/health``: clear the operator's health;
+        the agent's last reading counts again."""
+        ctx = base.authorize('cyborg:device:set_health')
+        uuid = _health_path(uuid, action)
+        return Device.from_dict(pecan.request.conductor_api.device_set_health(
+            ctx, uuid, None, None))
+
+
+def _health_path(uuid: str, action: str | None) -> str:
+    """The device uuid of /devices/{uuid}/health, the one path PUT and
+    DELETE serve here (middleware.routes lets no other through)."""
+    if action != 'health':
+        raise exception.NotFound('The only PUT and DELETE of a device are '
+                                 'PUT and DELETE /devices/{uuid}/health.')
+    return base.path_uuid(uuid, 'Device')

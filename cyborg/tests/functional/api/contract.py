@@ -16,15 +16,14 @@ from schemathesis.config import SchemathesisConfig
 from schemathesis.core.failures import Failure
 from schemathesis.specs.openapi import checks as openapi_checks
 
+from cyborg.api.controllers import root
+
 DOCUMENT = (pathlib.Path(__file__).parents[4] / 'doc' / 'source'
             / 'reference' / 'openapi.yaml')
 LINKS = pathlib.Path(__file__).with_name('openapi_links.yaml')
 VERSION_HEADER = 'OpenStack-API-Version'
 # From this microversion on, bad input is a 400: no 500 is documented.
 NO_LEGACY_500 = (2, 4)
-# What came with this microversion: below it, a 404 whatever the method.
-OPERATOR_VERSION = (2, 5)
-OPERATOR_PATHS = ('/v2/services', '/v2/drivers', '/v2/hosts/')
 
 
 def document(links: bool = True) -> dict[str, Any]:
@@ -139,12 +138,15 @@ def _error_body_problem(response: Any) -> str | None:
 
 def unsupported_method(ctx: Any, response: Any, case: Any) -> None:
     """schemathesis's unsupported_method (a 405 with Allow for a method
-    the document does not list), but for the operator resources below
-    the version they came in: none of their methods exists there, a 404
-    is right."""
-    if (response.status_code == 404
-            and case.operation.path.startswith(OPERATOR_PATHS)
-            and served_version(response) < OPERATOR_VERSION):
+    the document does not list), but for the resources of a later
+    microversion (root.ADDED_IN) below it: none of their methods exists
+    there, a 404 is right."""
+    path = case.operation.path
+    added_in = next((version for prefix, version in root.ADDED_IN.items()
+                     if path == prefix or path.startswith(prefix + '/')),
+                    None)
+    if (response.status_code == 404 and added_in is not None
+            and served_version(response) < added_in):
         return
     openapi_checks.unsupported_method(ctx, response, case)
 

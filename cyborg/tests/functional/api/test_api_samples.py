@@ -35,6 +35,7 @@ import yaml
 from cyborg import context as cyborg_context
 from cyborg import version
 from cyborg.accelerator.drivers import fake
+from cyborg.agent import health
 from cyborg.agent import service as agent_service
 from cyborg.api import versions
 from cyborg.db.api import inventory
@@ -312,6 +313,9 @@ def agent(api, fake_glance):
     api.conf.set_override('hostname', setup['agent']['hostname'], 'agent')
     api.conf.set_override('hotplug', False, 'agent')
     api.conf.set_override('periodic_interval', 3600, 'agent')
+    # One health pass, run below once the devices are known, rather than
+    # a periodic one that may come before or after the report.
+    api.conf.set_override('health_interval', 0, 'agent')
     api.conf.set_override('device_count', setup['agent']['fake_devices'],
                           'fake_driver')
     svc = agent_service.build(api.conf, loaded=[fake.FakeDriver(api.conf)])
@@ -321,6 +325,8 @@ def agent(api, fake_glance):
            or not services.get_all(ctx, binary='cyborg-agent')):
         assert time.monotonic() < deadline, 'the agent reported nothing'
         time.sleep(0.05)
+    health.HealthMonitor(api.conf, svc.agent.tracker,
+                         svc.agent.conductor_api).run()
     yield
     svc.stop()
 

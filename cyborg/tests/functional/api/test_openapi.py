@@ -2,9 +2,9 @@
 
 The description must be valid OpenAPI 3.1, name exactly the routes the
 controllers serve, and describe what the API answers: schemathesis sends
-generated requests to every operation at 2.0 and 2.5 and checks the
-status codes, headers and bodies against it (fuzzing.py and contract.py,
-shared with tools/fuzz/run.py, which sends many more).
+generated requests to every operation at 2.0 and the latest version and
+checks the status codes, headers and bodies against it (fuzzing.py and
+contract.py, shared with tools/fuzz/run.py, which sends many more).
 """
 import inspect
 import re
@@ -19,6 +19,7 @@ from schemathesis.specs.openapi.definitions import OPENAPI_31
 
 from cyborg.accelerator.drivers import fake
 from cyborg.agent import service as agent_service
+from cyborg.api import versions
 from cyborg.api.controllers import v2
 from cyborg.tests import utils
 from cyborg.tests.fakes import fixtures as test_fixtures
@@ -28,7 +29,8 @@ from cyborg.tests.functional.api.fixtures import ADMIN
 from cyborg.tests.functional.clients.conftest import live_api  # noqa: F401
 
 METHODS = ('get', 'post', 'put', 'patch', 'delete')
-LATEST = {'OpenStack-API-Version': 'accelerator 2.5'}
+LATEST_VERSION = versions.as_string(versions.MAX_VERSION)
+LATEST = {'OpenStack-API-Version': f'accelerator {LATEST_VERSION}'}
 # Generated requests per operation, positive and as many negative, and
 # walks of the stateful phase, at each version; the coverage cases
 # (about 950, the same at every version) at the latest only. Enough to
@@ -65,6 +67,9 @@ def test_valid_openapi_31(document):
 def _handler(method: str, path: str) -> tuple[str, str]:
     resource, *below = path.split('/')[2:]
     if method == 'GET':
+        if len(below) == 2:
+            # GET /v2/<resource>/{id}/<action> is a custom action.
+            return resource, below[-1]
         return resource, 'get_one' if below else 'get_all'
     if method == 'POST':
         # POST /v2/<resource>/{id}/<action> is a custom action.
@@ -76,14 +81,16 @@ def _served() -> dict[str, dict[str, bool]]:
     """resource → {handler: whether it also serves the bare collection}.
 
     A patch or delete whose first argument has a default serves both the
-    collection and /{uuid}; custom actions are POST /{uuid}/<action>.
+    collection and /{uuid}; custom actions are POST (or GET)
+    /{uuid}/<action>.
     """
     served: dict[str, dict[str, bool]] = {}
     for name, controller in vars(v2.V2Controller).items():
         if not isinstance(controller, rest.RestController):
             continue
         handlers: dict[str, bool] = {}
-        for handler in ('get_all', 'get_one', 'post', 'patch', 'delete'):
+        for handler in ('get_all', 'get_one', 'post', 'put', 'patch',
+                        'delete'):
             func = getattr(controller, handler, None)
             if func is None:
                 continue
@@ -177,7 +184,7 @@ def test_documented_routes_are_routed(document, live_api):  # noqa: F811
             assert 'cmp1' in response.json()['error_message']
 
 
-@pytest.mark.parametrize('version', ['2.0', '2.5'])
+@pytest.mark.parametrize('version', ['2.0', LATEST_VERSION])
 def test_schemathesis(live_api, agent, version):  # noqa: F811
     """Generated requests get documented statuses, headers and bodies,
     JSON errors, and no server error but the 500s documented below 2.4.
@@ -187,7 +194,7 @@ def test_schemathesis(live_api, agent, version):  # noqa: F811
     resources = _resources(live_api, seed=False)
     run = fuzzing.Fuzz(contract.load_schema(), resources.root,
                        None if version == '2.0' else version, resources)
-    run.run(EXAMPLES, STATEFUL_EXAMPLES, coverage=version == '2.5')
+    run.run(EXAMPLES, STATEFUL_EXAMPLES, coverage=version == LATEST_VERSION)
     assert not run.findings, (
         f'{len(run.findings)} distinct failure(s) in {run.session.sent} '
         f'requests:\n{run.report()}')

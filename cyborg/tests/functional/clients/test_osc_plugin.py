@@ -111,3 +111,48 @@ def test_older_service_is_refused_before_any_call(live_api, tmp_path,
     assert ('needs accelerator API microversion 2.5; the accelerator '
             'service supports up to 2.4') in failed.stderr
     assert _calls(live_api) == []
+
+
+def test_capacity_list(live_api, tmp_path):
+    live_api.conf.set_override('vgpu_device_count', 1, 'fake_driver')
+    live_api.conf.set_override('vgpus_per_device', 2, 'fake_driver')
+    live_api.seed('cmp1', count=2, hostname='node1')
+    per_card = live_api.conf.fake_driver.accelerators_per_device
+    fpga = 2 * per_card
+    assert _json(live_api, tmp_path, 'accelerator', 'capacity',
+                 'list') == [
+        {'Hostname': 'node1', 'Total': fpga + 2, 'Used': 0, 'Reserved': 0,
+         'Unhealthy': 0, 'Available': fpga + 2}]
+    rows = _json(live_api, tmp_path, 'accelerator', 'capacity', 'list',
+                 '--group-by', 'resource-class', '--hostname', 'node1',
+                 '--type', 'FPGA')
+    assert rows == [{'Resource Class': 'FPGA', 'Total': fpga, 'Used': 0,
+                     'Reserved': 0, 'Unhealthy': 0, 'Available': fpga}]
+    rows = _json(live_api, tmp_path, 'accelerator', 'capacity', 'list',
+                 '--group-by', 'trait', '--resource-class', 'VGPU')
+    assert [(r['Trait'], r['Total']) for r in rows] == [
+        ('CUSTOM_FAKE_VGPU', 2), ('OWNER_CYBORG', 2)]
+    calls = _calls(live_api)
+    assert [c.query for c in calls] == [
+        'group_by=host',
+        'group_by=resource_class&hostname=node1&type=FPGA',
+        'group_by=trait&resource_class=VGPU']
+    assert {c.headers['openstack-api-version'] for c in calls} == {
+        'accelerator 2.7'}
+    failed = _run(live_api, tmp_path, 'accelerator', 'capacity', 'list',
+                  '--type', 'TPU', check=False)
+    assert failed.returncode == 1
+    assert 'type must be one of' in failed.stderr
+
+
+def test_capacity_needs_2_7(live_api, tmp_path, monkeypatch):
+    """A service whose maximum is 2.6 gets no capacity request; the 2.5
+    commands still run against it."""
+    monkeypatch.setattr(versions, 'MAX_VERSION', (2, 6))
+    failed = _run(live_api, tmp_path, 'accelerator', 'capacity', 'list',
+                  check=False)
+    assert failed.returncode == 1
+    assert ('needs accelerator API microversion 2.7; the accelerator '
+            'service supports up to 2.6') in failed.stderr
+    assert _calls(live_api) == []
+    assert _json(live_api, tmp_path, 'accelerator', 'driver', 'list') == []
