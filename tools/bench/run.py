@@ -32,7 +32,8 @@ from cyborg.db import migration
 from cyborg.db.api import inventory
 
 # The other benchmarks of this directory, each a module with a main().
-OTHERS = ('api', 'bind', 'discovery', 'health', 'placement', 'serialize')
+OTHERS = ('api', 'bind', 'discovery', 'health', 'health_latency',
+          'placement', 'serialize')
 
 
 def _report(conf: cfg.ConfigOpts, count: int, host: str) -> dict:
