@@ -12,7 +12,7 @@ from typing import Any
 
 import jsonschema
 
-from cyborg.common import exception
+from cyborg.common import device_report
 
 HEALTHY = 'healthy'
 DEGRADED = 'degraded'
@@ -131,11 +131,7 @@ _VALIDATOR = jsonschema.Draft202012Validator(HEALTH_UPDATE_SCHEMA)
 
 def validate_update(host: str, updates: Any) -> None:
     """Raise InvalidReport naming the first problem in ``updates``."""
-    error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(updates))
-    if error is not None:
-        where = '/'.join(str(p) for p in error.absolute_path) or '(top)'
-        raise exception.InvalidReport(host=host,
-                                      reason=f'{where}: {error.message}')
+    device_report.check_schema(_VALIDATOR, host, updates)
 
 
 @dataclasses.dataclass

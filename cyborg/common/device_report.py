@@ -185,13 +185,20 @@ REPORT_SCHEMA: dict[str, Any] = {
 _VALIDATOR = jsonschema.Draft202012Validator(REPORT_SCHEMA)
 
 
-def validate_report(host: str, report: Any) -> None:
-    """Raise InvalidReport naming the first problem found in ``report``."""
-    error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(report))
+def check_schema(validator: jsonschema.protocols.Validator, host: str,
+                 payload: Any) -> None:
+    """Raise InvalidReport naming where ``payload`` first breaks the
+    schema of ``validator``."""
+    error = jsonschema.exceptions.best_match(validator.iter_errors(payload))
     if error is not None:
         where = '/'.join(str(p) for p in error.absolute_path) or '(top)'
         raise exception.InvalidReport(host=host,
                                       reason=f'{where}: {error.message}')
+
+
+def validate_report(host: str, report: Any) -> None:
+    """Raise InvalidReport naming the first problem found in ``report``."""
+    check_schema(_VALIDATOR, host, report)
     seen_devices: set[str] = set()
     for device in report['devices']:
         key = canonical_json(device['controlpath_id'])

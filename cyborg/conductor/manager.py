@@ -1,5 +1,6 @@
 """Server side of the conductor RPC API."""
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import oslo_messaging as messaging
@@ -37,6 +38,20 @@ def _check_names(name: str, value: Any) -> None:
         raise exception.Invalid(reason=f'{name} must be a list of strings')
 
 
+def _check_from_agent(host: Any, validate: Callable[[str, Any], None],
+                      payload: Any, what: str) -> None:
+    """Raise InvalidReport, logged, unless ``host`` is a name and
+    ``validate`` takes ``payload``."""
+    try:
+        if not isinstance(host, str) or not host:
+            raise exception.InvalidReport(host=host,
+                                          reason='host must be a name')
+        validate(host, payload)
+    except exception.InvalidReport as exc:
+        LOG.error('Rejected %s: %s', what, exc)
+        raise
+
+
 class ConductorManager:
     """Turns agent reports and heartbeats into database rows, publishes
     them to placement and binds accelerator requests."""
@@ -68,14 +83,8 @@ class ConductorManager:
                                    exception.ReportConflict)
     def report_data(self, context: cyborg_context.RequestContext,
                     host: str, report: Any) -> dict[str, int]:
-        if not isinstance(host, str) or not host:
-            raise exception.InvalidReport(host=host,
-                                          reason='host must be a name')
-        try:
-            device_report.validate_report(host, report)
-        except exception.InvalidReport as exc:
-            LOG.error('Rejected a device report: %s', exc)
-            raise
+        _check_from_agent(host, device_report.validate_report, report,
+                          'a device report')
         try:
             result = inventory.apply_report(context, host, report)
         except db_exc.DBDuplicateEntry as exc:
@@ -198,14 +207,8 @@ class ConductorManager:
     @messaging.expected_exceptions(exception.InvalidReport)
     def device_health_update(self, context: cyborg_context.RequestContext,
                              host: str, updates: Any) -> int:
-        if not isinstance(host, str) or not host:
-            raise exception.InvalidReport(host=host,
-                                          reason='host must be a name')
-        try:
-            device_health.validate_update(host, updates)
-        except exception.InvalidReport as exc:
-            LOG.error('Rejected a device health update: %s', exc)
-            raise
+        _check_from_agent(host, device_health.validate_update, updates,
+                          'a device health update')
         changed = devices.apply_agent_health(context, host, updates)
         self._health_changed(context, changed)
         return len(changed)

@@ -144,6 +144,8 @@ def test_aio_with_placement(tmp_path):
             assert tour.returncode == 0, tour.stdout + tour.stderr
             assert '"state": "Bound"' in tour.stdout, tour.stdout
             assert '"name": "aio-host_0000:0c:00.0"' in tour.stdout
+            assert '"health_reason": "fan failure"' in tour.stdout
+            assert '"group_by": "host"' in tour.stdout
             # The last step deleted the tour's request, not ours.
             listing = tour.stdout[tour.stdout.rindex('{\n    "arqs"'):]
             left = json.loads(listing)

@@ -147,7 +147,11 @@ def test_fault_turns_a_device_unhealthy_everywhere(
         assert shown['health_source'] == 'agent'
         assert [d['health'] for d in devices()
                 if d['uuid'] != sick_uuid] == ['healthy']
-        assert _offered(placement, root) == {well_rp}
+        # The conductor publishes to placement right after the database
+        # change the API reads is committed.
+        gate_stack.wait_for(
+            lambda: _offered(placement, root) == {well_rp},
+            'placement to stop offering the device', 10, interval=0.1)
         update = gate_stack.wait_for(
             lambda: [u for u in events.health_updates(sick_uuid)
                      if u['health'] == 'unhealthy'],
@@ -164,7 +168,9 @@ def test_fault_turns_a_device_unhealthy_everywhere(
         gate_stack.wait_for(
             lambda: all(d['health'] == 'healthy' for d in devices()),
             'the device healthy again in the API', 30, interval=0.2)
-        assert _offered(placement, root) == set(rps.values())
+        gate_stack.wait_for(
+            lambda: _offered(placement, root) == set(rps.values()),
+            'placement to offer the device again', 10, interval=0.1)
         gate_stack.wait_for(
             lambda: [u for u in events.health_updates(sick_uuid)
                      if u['health'] == 'healthy'

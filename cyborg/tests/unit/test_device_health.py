@@ -21,7 +21,6 @@ from cyborg.accelerator.drivers import xilinx_fpga
 from cyborg.common import exception
 from cyborg.common.device_health import Health
 from cyborg.tests import fpga_hosts
-from cyborg.tests.sysfs import SysfsTree
 
 GPU = '0000:3b:00.0'
 SSD = '0000:62:00.0'
@@ -30,18 +29,6 @@ NIC = '0000:17:00.0'
 NIC_VFS = ['0000:17:01.0', '0000:17:01.1']
 QAT = '0000:6b:00.0'
 QAT_VFS = [f'0000:6b:0{1 + n // 8}.{n % 8}' for n in range(16)]
-
-
-@pytest.fixture
-def tree(tmp_path):
-    return SysfsTree(tmp_path)
-
-
-@pytest.fixture
-def host_conf(conf, tree):
-    conf.set_override('host', 'cmp1')
-    conf.set_override('sysfs_root', tree.root, 'agent')
-    return conf
 
 
 def _one(driver):

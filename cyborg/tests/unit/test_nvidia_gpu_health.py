@@ -5,31 +5,14 @@ import logging
 import sys
 import types
 
-import pytest
-
 from cyborg.accelerator.drivers import nvidia_gpu
 from cyborg.accelerator.drivers import nvml
 from cyborg.common.device_health import Health
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.unit.test_device_health import _one
 
 GPU = '0000:3b:00.0'
 
 
-@pytest.fixture
-def tree(tmp_path):
-    return SysfsTree(tmp_path)
-
-
-@pytest.fixture
-def host_conf(conf, tree):
-    conf.set_override('host', 'cmp1')
-    conf.set_override('sysfs_root', tree.root, 'agent')
-    return conf
-
-
-def _one(driver):
-    [device] = driver.discover()
-    return device
 
 
 def _gpu(tree, conf):

@@ -13,11 +13,6 @@ LIVE_DEVICES = '/sys/bus/pci/devices'
 
 
 @pytest.fixture
-def tree(tmp_path):
-    return SysfsTree(tmp_path)
-
-
-@pytest.fixture
 def gpu_tree(tree):
     """A T4-like GPU PF with three VFs offering vGPU types, and a NIC."""
     tree.add_function(PF, 0x10de, 0x1eb8, 0x030200, driver='nvidia',

@@ -8,6 +8,8 @@ from keystoneauth1 import noauth
 from keystoneauth1 import session as ks_session
 from openstack import connection
 
+from cyborg.api import versions
+
 pytestmark = pytest.mark.filterwarnings(
     'ignore::PendingDeprecationWarning:openstack')
 
@@ -40,7 +42,7 @@ def test_sdk_picks_v2_from_the_root(live_api, connect, root, microversion):
     conn = connect(**kwargs)
     data = conn.accelerator.get_endpoint_data()
     assert data.url == live_api.url + '/'
-    assert data.max_microversion == (2, 5)
+    assert data.max_microversion == versions.MAX_VERSION
     live_api.seed('cmp1', hostname='node1')
     assert len(list(conn.accelerator.devices())) == 1
     assert [(s.path, s.status) for s in live_api.seen] == [
