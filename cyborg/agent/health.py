@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 from typing import Protocol
 
+import oslo_messaging as messaging
 from oslo_config import cfg
 
 from cyborg import context as cyborg_context
@@ -34,6 +35,16 @@ LOG = logging.getLogger(__name__)
 # with); a report the conductor accepted makes the next pass look again.
 # One indexed read per host a minute costs the conductors ~0.1 ms a host.
 BINDINGS_INTERVAL = 60.0
+# Seconds a pass waits before sending health again to conductors that do
+# not take RPC 1.8 yet (an upgrade under way): one refused call a second
+# from every agent would be wasted on them.
+OLDER_CONDUCTOR_WAIT = 300.0
+
+
+def _refused_as_unknown(exc: Exception) -> bool:
+    """Whether a conductor refused the call for its version."""
+    return (isinstance(exc, messaging.UnsupportedVersion)
+            or getattr(exc, 'exc_type', None) == 'UnsupportedVersion')
 
 
 class SampleSink(Protocol):
@@ -84,6 +95,7 @@ class HealthMonitor:
         # once and not at every pass.
         self._errors: dict[str, str] = {}
         self._send_failing = False
+        self._send_after: float | None = None
         # Control path key -> the last usage sample, shown by the metrics
         # until the next sample is due.
         self._usage: dict[str, device_health.Usage | None] = {}
@@ -169,7 +181,8 @@ class HealthMonitor:
         changed = {key: s for key, s in current.items()
                    if self._sent.get(key) != (s.health.state,
                                               s.health.reason)}
-        if not changed:
+        if not changed or (self._send_after is not None
+                           and self.clock() < self._send_after):
             return
         updates = [dict(s.health.to_dict(), controlpath_id=s.controlpath_id)
                    for s in changed.values()]
@@ -177,12 +190,19 @@ class HealthMonitor:
             count = self.conductor_api.device_health_update(
                 cyborg_context.get_admin_context(), self.host, updates)
         except Exception as exc:
-            # Kept unsent: the next pass sends them again.
+            # Kept unsent: a next pass sends them again.
+            older = _refused_as_unknown(exc)
+            if older:
+                self._send_after = self.clock() + OLDER_CONDUCTOR_WAIT
             log = LOG.debug if self._send_failing else LOG.warning
-            log('No conductor took %d device health change(s) (%s); the '
-                'next health pass sends them again.', len(updates), exc)
+            log('No conductor took %d device health change(s) (%s); %s.',
+                len(updates), exc,
+                f'sending again in {OLDER_CONDUCTOR_WAIT:.0f} s, as '
+                'conductors before RPC 1.8 keep no health' if older
+                else 'the next health pass sends them again')
             self._send_failing = True
             return
+        self._send_after = None
         self._send_failing = False
         for key, sample in changed.items():
             self._sent[key] = (sample.health.state, sample.health.reason)

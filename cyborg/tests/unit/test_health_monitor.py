@@ -1,4 +1,5 @@
 """Health passes: what the agent sends, and when it sends nothing."""
+import oslo_messaging as messaging
 import pytest
 
 from cyborg.accelerator.drivers import fake
@@ -15,7 +16,7 @@ class Conductor:
         self.reports = []
         self.updates = []
         self.binding_calls = 0
-        self.down = False
+        self.down = None
         self.bindings = []
 
     def report_data(self, context, host, report):
@@ -24,7 +25,7 @@ class Conductor:
 
     def device_health_update(self, context, host, updates):
         if self.down:
-            raise TimeoutError('no conductor answered')
+            raise self.down
         self.updates.append((host, updates))
         return len(updates)
 
@@ -127,12 +128,12 @@ def test_accepted_report_sends_everything_again(agent):
 
 def test_unsent_changes_are_sent_by_the_next_pass(agent, caplog):
     monitor, tracker, conductor, *_ = agent
-    conductor.down = True
+    conductor.down = TimeoutError('no conductor answered')
     monitor.run()
     monitor.run()
     assert conductor.updates == []
     assert caplog.text.count('No conductor took') == 1
-    conductor.down = False
+    conductor.down = None
     monitor.run()
     assert len(conductor.updates) == 1
 
@@ -209,3 +210,18 @@ def test_usage_is_sampled_every_usage_interval(agent, conf):
         assert (len(reads), len(notifier.sent)) == (4, 2)
     finally:
         Sick.usage = real_usage
+
+
+def test_older_conductors_are_asked_again_minutes_later(agent, caplog):
+    monitor, tracker, conductor, sink, notifier, clock = agent
+    conductor.down = messaging.RemoteError(
+        'UnsupportedVersion', 'Endpoint does not support RPC version 1.8')
+    monitor.run()
+    conductor.down = None
+    clock.now += health.OLDER_CONDUCTOR_WAIT - 1
+    monitor.run()
+    assert conductor.updates == []
+    assert 'conductors before RPC 1.8' in caplog.text
+    clock.now += 1
+    monitor.run()
+    assert len(conductor.updates) == 1
