@@ -72,7 +72,7 @@ class AgentManager:
     cache (``cyborg.agent.cache``); ``restore_mdevs`` replays the mdevs.
     """
 
-    target = messaging.Target(version='1.1')
+    target = messaging.Target(version='1.2')
 
     def __init__(self, conf: cfg.ConfigOpts,
                  tracker: resource_tracker.ResourceTracker,

@@ -22,9 +22,12 @@ class AgentAPI:
     * 1.0 - Initial version: ``discover``.
     * 1.1 - Device-side work for binds: ``program_fpga``, ``create_mdev``,
       ``remove_mdev``.
+    * 1.2 - The device lifecycle: drivers managed at runtime, cleaning of
+      attach handles, device layouts and preparation (see each method's
+      docstring).
     """
 
-    RPC_API_VERSION = '1.1'
+    RPC_API_VERSION = '1.2'
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         target = messaging.Target(topic=rpc.AGENT_TOPIC,

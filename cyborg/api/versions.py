@@ -24,6 +24,7 @@ VERSIONS = (
     (2, 5),  # GET /services, GET /drivers, POST /hosts/{host}/discover
     (2, 6),  # device health, the impact of taking a device out
     (2, 7),  # GET /capacity
+    (2, 8),  # the device lifecycle: drivers per host, layouts, cleaning
 )
 MIN_VERSION = VERSIONS[0]
 MAX_VERSION = VERSIONS[-1]

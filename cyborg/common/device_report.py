@@ -17,11 +17,19 @@ from cyborg.common import exception
 # enum columns of cyborg.db.models are made of them), and agents and
 # nova-compute load this module but never the DB layer.
 DEVICE_TYPES = ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD', 'PCI')
-DEVICE_STATUSES = ('enabled', 'maintaining')
+DEVICE_STATUSES = ('enabled', 'maintaining', 'preparing', 'error')
+# The statuses a report may ask new devices to be stored with.
+NEW_DEVICE_STATUSES = ('enabled', 'maintaining')
 ATTACH_TYPES = ('PCI', 'MDEV', 'TEST_PCI')
 CPID_TYPES = ('PCI',)
-# How an enabled driver of an agent fared in its last discovery pass.
-DRIVER_STATES = ('ok', 'no devices', 'failed')
+# How a driver of an agent fared in its last discovery pass, or that an
+# operator turned it off on that host.
+DRIVER_STATES = ('ok', 'no devices', 'failed', 'disabled')
+# What an operator asked of a device's partitioning, and how far its
+# agent got.
+LAYOUT_STATES = ('pending', 'applying', 'applied', 'failed')
+# An attach handle being cleaned after use, or held after a failed clean.
+CLEAN_STATES = ('cleaning', 'maintenance')
 
 
 def canonical_json(value: Any) -> str:
@@ -101,7 +109,7 @@ REPORT_SCHEMA: dict[str, Any] = {
         'hostname': _NAME,
         # The status of devices the conductor stores for the first time
         # ([agent] new_device_state); absent means 'enabled'.
-        'new_device_status': {'enum': list(DEVICE_STATUSES)},
+        'new_device_status': {'enum': list(NEW_DEVICE_STATUSES)},
         # The state of every enabled driver in this discovery pass, by
         # driver name (conductor RPC 1.5; absent from older agents and
         # from reports to older conductors). ``error`` comes with

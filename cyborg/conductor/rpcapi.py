@@ -45,9 +45,12 @@ class ConductorAPI:
     * 1.8 - Device health: ``device_health_update`` (an agent's readings
       that changed), ``device_set_health`` (an operator's) and
       ``host_bindings`` (who holds each device of a host, for metrics).
+    * 1.9 - The device lifecycle: drivers managed per host, cleaning of
+      attach handles after use, device layouts and preparation (see each
+      method's docstring).
     """
 
-    RPC_API_VERSION = '1.8'
+    RPC_API_VERSION = '1.9'
 
     def __init__(self, conf: cfg.ConfigOpts, create_batch: int = 1) -> None:
         """``create_batch`` > 1: ``arq_create`` calls made at the same

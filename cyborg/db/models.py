@@ -12,10 +12,12 @@ from sqlalchemy import orm
 from cyborg.common.device_health import HEALTH_SOURCES
 from cyborg.common.device_health import HEALTH_STATES
 from cyborg.common.device_report import ATTACH_TYPES
+from cyborg.common.device_report import CLEAN_STATES
 from cyborg.common.device_report import CPID_TYPES
 from cyborg.common.device_report import DEVICE_STATUSES
 from cyborg.common.device_report import DEVICE_TYPES
 from cyborg.common.device_report import DRIVER_STATES
+from cyborg.common.device_report import LAYOUT_STATES
 
 # States of an accelerator request; every one of them is reachable.
 ARQ_STATES = ('Initial', 'BindStarted', 'Bound', 'Unbound', 'BindFailed',
@@ -92,6 +94,18 @@ class Device(Base):
     hostname: orm.Mapped[str] = orm.mapped_column(sa.String(255))
     status: orm.Mapped[str] = orm.mapped_column(
         _enum(DEVICE_STATUSES, 'status'), default='enabled')
+    # Why the device is in ``error`` (its preparation failed).
+    status_reason: orm.Mapped[str | None] = orm.mapped_column(
+        sa.String(255))
+    # The operator's desired partitioning (JSON; None: as discovered), and
+    # how far the agent got applying it.
+    layout: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
+    layout_state: orm.Mapped[str | None] = orm.mapped_column(
+        _enum(LAYOUT_STATES, 'layout_state'))
+    layout_reason: orm.Mapped[str | None] = orm.mapped_column(
+        sa.String(255))
+    layout_changed_at: orm.Mapped[datetime.datetime | None] = (
+        orm.mapped_column(sa.DateTime))
     # What counts (``unhealthy`` reserves the device in placement) and who
     # set it; an operator's setting stands until the operator clears it,
     # and the agent's last reading is kept to go back to then.
@@ -223,6 +237,13 @@ class AttachHandle(Base):
     # request lets go deletes it.
     missing_since: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
         sa.DateTime)
+    # Being cleaned after use, or held after a failed clean (why, and
+    # since when): not offered either way.
+    clean_state: orm.Mapped[str | None] = orm.mapped_column(
+        _enum(CLEAN_STATES, 'clean_state'))
+    clean_reason: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
+    clean_since: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
+        sa.DateTime)
 
 
 class DeviceProfile(Base):
@@ -310,3 +331,5 @@ class DriverState(Base):
         _enum(DRIVER_STATES, 'state'))
     error: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
     since: orm.Mapped[datetime.datetime] = orm.mapped_column(sa.DateTime)
+    # The version of the package the agent loaded the driver from.
+    version: orm.Mapped[str | None] = orm.mapped_column(sa.String(64))

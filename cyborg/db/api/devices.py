@@ -8,6 +8,7 @@ from oslo_utils import timeutils
 from cyborg import context as cyborg_context
 from cyborg.common import device_health
 from cyborg.common import exception
+from cyborg.common.device_report import NEW_DEVICE_STATUSES
 from cyborg.common.device_report import canonical_json
 from cyborg.db import models
 from cyborg.db.api import query
@@ -68,10 +69,11 @@ def set_status(context: cyborg_context.RequestContext, uuid: str,
     Returns the device's compute node name when the status changed, whose
     providers in placement must then follow, else None.
     """
-    if status not in models.DEVICE_STATUSES:
+    # What an operator sets; ``preparing`` and ``error`` are the agent's.
+    if status not in NEW_DEVICE_STATUSES:
         raise exception.Invalid(
             reason=f'device status must be one of '
-                   f'{", ".join(models.DEVICE_STATUSES)}, not {status!r}.')
+                   f'{", ".join(NEW_DEVICE_STATUSES)}, not {status!r}.')
     current = context.session.execute(
         sa.select(Device.id, Device.status, Device.hostname)
         .where(Device.uuid == uuid)).first()
