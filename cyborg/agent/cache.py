@@ -19,11 +19,26 @@ holds:
     For each deployable the agent programmed: its control path, name,
     driver and the bitstream (Glance image) last loaded. Kept as a record;
     the agent never reprograms a device by itself.
+``layouts``
+    For each device an operator partitioned (``PUT /devices/{uuid}/
+    layout``): its control path, driver and desired layout, written before
+    the layout is applied. The agent applies each again when it starts,
+    before its first report: a reboot resets ``sriov_numvfs`` and loses
+    mdevs, and an agent that died mid-change finishes it.
+``prepared``
+    The control paths of the devices the agent has prepared (driver
+    ``prepare``) at discovery, so a restart does not prepare them again.
 ``mdevs``
     For each mediated device the agent created for a bound request: its
     uuid, driver and attach info. The agent creates them again when it
     starts, before its first report, because a host reboot loses them while
     the requests they belong to stay bound. Removing an mdev drops it.
+``drivers``
+    The operator's choices of drivers on this host (``POST
+    /v2/hosts/{host}/drivers/{name}/enable`` and ``disable``): entry-point
+    name -> enabled. They override ``[agent] enabled_drivers``, which stays
+    the default for every driver the operator never chose for (absent from
+    caches written before it).
 
 What "the conductor is unreachable" means here: the cache never stands in
 for a discovery pass. Every report is the result of a pass that has just
@@ -94,6 +109,15 @@ SCHEMA: dict[str, Any] = {
             'propertyNames': _UUID,
             'additionalProperties': _entry(driver_name=_STRING,
                                            attach_info=_STRING_MAP)},
+        # Optional: caches written before issue 19 lack them.
+        'layouts': {
+            'type': 'object',
+            'additionalProperties': _entry(
+                controlpath_id=_STRING_MAP, driver_name=_STRING,
+                layout={'type': 'object'})},
+        'prepared': {'type': 'array', 'items': _STRING},
+        'drivers': {'type': 'object',
+                    'additionalProperties': {'type': 'boolean'}},
     },
 }
 _VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
@@ -286,4 +310,59 @@ class AgentCache:
     def forget_mdev(self, mdev_uuid: str) -> None:
         with self._lock:
             if self._data['mdevs'].pop(mdev_uuid, None) is not None:
+                self._save()
+
+    # Drivers (issue 19).
+
+    @property
+    def driver_choices(self) -> dict[str, bool]:
+        """Entry-point name -> enabled, for the drivers an operator
+        enabled or disabled on this host."""
+        with self._lock:
+            return dict(self._data.get('drivers', {}))
+
+    def record_driver_choice(self, name: str, enabled: bool) -> None:
+        with self._lock:
+            choices = self._data.setdefault('drivers', {})
+            if choices.get(name) is enabled:
+                return
+            choices[name] = enabled
+            self._save()
+
+    # Layouts and preparation (issue 19).
+
+    @property
+    def layouts(self) -> list[dict[str, Any]]:
+        """``{'controlpath_id', 'driver_name', 'layout'}`` per device."""
+        with self._lock:
+            return copy.deepcopy(list(
+                self._data.get('layouts', {}).values()))
+
+    def record_layout(self, controlpath_id: dict[str, str],
+                      driver_name: str,
+                      layout: dict[str, Any] | None) -> None:
+        """Keep ``layout`` as the device's desired one; None forgets it."""
+        key = canonical_json(controlpath_id)
+        with self._lock:
+            layouts = self._data.setdefault('layouts', {})
+            if layout is None:
+                if layouts.pop(key, None) is None:
+                    return
+            else:
+                layouts[key] = {'controlpath_id': dict(controlpath_id),
+                                'driver_name': driver_name,
+                                'layout': dict(layout)}
+            self._save()
+
+    def prepared(self, controlpath_id: dict[str, str]) -> bool:
+        with self._lock:
+            return canonical_json(controlpath_id) in self._data.get(
+                'prepared', [])
+
+    def record_prepared(self, controlpath_id: dict[str, str]) -> None:
+        key = canonical_json(controlpath_id)
+        with self._lock:
+            prepared = self._data.setdefault('prepared', [])
+            if key not in prepared:
+                prepared.append(key)
                 self._save()

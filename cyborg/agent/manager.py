@@ -14,9 +14,13 @@ from cyborg import context as cyborg_context
 from cyborg import version
 from cyborg.accelerator.drivers.base import AcceleratorDriver
 from cyborg.agent import cache as agent_cache
+from cyborg.agent import driver_control as agent_drivers
+from cyborg.agent import layouts
 from cyborg.agent import resource_tracker
 from cyborg.common import exception
 from cyborg.common import glance_client
+from cyborg.common.device_report import DriverAttachHandle
+from cyborg.common.device_report import DriverDevice
 from cyborg.common.device_report import canonical_json
 from cyborg.conductor import rpcapi as conductor_rpcapi
 
@@ -77,9 +81,12 @@ class AgentManager:
     def __init__(self, conf: cfg.ConfigOpts,
                  tracker: resource_tracker.ResourceTracker,
                  conductor_api: conductor_rpcapi.ConductorAPI,
-                 glance: glance_client.GlanceClient | None = None) -> None:
+                 glance: glance_client.GlanceClient | None = None,
+                 drivers: agent_drivers.DriverControl | None = None
+                 ) -> None:
         self.conf = conf
         self.tracker = tracker
+        self._drivers = drivers
         self.conductor_api = conductor_api
         self.glance = glance or glance_client.GlanceClient(conf)
         self._device_locks: dict[str, threading.Lock] = {}
@@ -97,6 +104,39 @@ class AgentManager:
     @messaging.expected_exceptions(exception.DriverError)
     def discover(self, context: Context) -> dict[str, int] | None:
         return self.tracker.update(force=True)
+
+    # Drivers managed at runtime (1.2).
+
+    @property
+    def driver_control(self) -> agent_drivers.DriverControl:
+        """The control of this agent's drivers; made on first use when
+        the agent was assembled with drivers built by hand."""
+        if self._drivers is None:
+            self._drivers = agent_drivers.DriverControl.adopt(
+                self.conf, self.tracker)
+        return self._drivers
+
+    def drivers_list(self, context: Context) -> list[dict[str, Any]]:
+        """Every installed driver: ``{name, driver_name, version,
+        enabled, state, error}`` (see ``DriverControl.entries``)."""
+        return self.driver_control.entries()
+
+    @messaging.expected_exceptions(exception.Invalid,
+                                   exception.DriverLoadFailed)
+    def driver_set_enabled(self, context: Context, name: str,
+                           enabled: bool) -> dict[str, Any]:
+        """Enable or disable driver ``name`` on this host, keep the
+        choice across restarts and report."""
+        _check_string('name', name)
+        if not isinstance(enabled, bool):
+            raise exception.Invalid(
+                reason=f'enabled must be true or false, not {enabled!r}')
+        return self.driver_control.set_enabled(name, enabled)
+
+    def drivers_reload(self, context: Context) -> list[dict[str, Any]]:
+        """Re-read the entry points, re-import and reload the enabled
+        drivers, report; the new list."""
+        return self.driver_control.reload()
 
     @messaging.expected_exceptions(*_ACTION_ERRORS,
                                    exception.BitstreamNotFound,
@@ -142,6 +182,25 @@ class AgentManager:
         """Remove mediated device ``mdev_uuid``; a missing one is fine."""
         self._mdev_action('remove mdev', driver_name, attach_info, mdev_uuid)
 
+    @messaging.expected_exceptions(*_ACTION_ERRORS)
+    def clean_handle(self, context: Context, driver_name: str,
+                     attach_type: str, attach_info: dict[str, str],
+                     handle_uuid: str) -> None:
+        """Clean an attach handle after use with its driver's ``clean``,
+        under the lock of the handle's function (1.2): two cleans of one
+        function, sent again by a conductor that stopped waiting, never
+        overlap."""
+        _check_string('attach_type', attach_type)
+        _check_string_map('attach_info', attach_info)
+        _check_uuid('handle_uuid', handle_uuid)
+        device = canonical_json(attach_info)
+        driver = self._driver(driver_name, 'clean', device)
+        with self._device_lock(device):
+            LOG.info('Cleaning attach handle %s on %s', handle_uuid, device)
+            self._act(driver.clean, 'clean', device,
+                      DriverAttachHandle(attach_type=attach_type,
+                                         attach_info=dict(attach_info)))
+
     def _mdev_action(self, action: str, driver_name: str,
                      attach_info: dict[str, str], mdev_uuid: str) -> None:
         _check_string_map('attach_info', attach_info)
@@ -156,6 +215,102 @@ class AgentManager:
             self.cache.record_mdev(mdev_uuid, driver_name, attach_info)
         else:
             self.cache.forget_mdev(mdev_uuid)
+
+    # Layouts and preparation (1.2).
+
+    @messaging.expected_exceptions(*_ACTION_ERRORS)
+    def layout_options(self, context: Context, controlpath_id: dict[str, str],
+                       driver_name: str | None) -> dict[str, Any]:
+        """What the device's partitioning may be (``{}``: none)."""
+        _check_string_map('controlpath_id', controlpath_id)
+        driver, found = self._layout_driver(driver_name, controlpath_id,
+                                            'read the layout options')
+        return layouts.options(driver, found)
+
+    @messaging.expected_exceptions(*_ACTION_ERRORS)
+    def apply_layout(self, context: Context, controlpath_id: dict[str, str],
+                     driver_name: str | None,
+                     layout: dict[str, Any] | None) -> dict[str, Any]:
+        """Keep and apply ``layout`` (None: forget the kept one, leaving
+        the device as it is), then report, so the conductor holds the
+        device's new deployables and handles when this returns.
+
+        Returns ``{'reported': bool}`` as ``program_fpga``.
+        """
+        _check_string_map('controlpath_id', controlpath_id)
+        device = canonical_json(controlpath_id)
+        driver, _ = self._layout_driver(driver_name, controlpath_id,
+                                        'apply the layout')
+        with self._device_lock(device):
+            if layout is None:
+                self.cache.record_layout(controlpath_id,
+                                         type(driver).driver_name, None)
+                LOG.info('Forgot the layout of %s.', device)
+                return {'reported': True}
+            LOG.info('Applying layout %s on %s', layout, device)
+            layouts.apply(driver, self.cache, controlpath_id, layout,
+                          self._resolve_layout)
+        LOG.info('Applied layout %s on %s', layout, device)
+        return {'reported': self._report()}
+
+    @messaging.expected_exceptions(*_ACTION_ERRORS)
+    def prepare_device(self, context: Context,
+                       controlpath_id: dict[str, str],
+                       driver_name: str | None) -> None:
+        """Run the driver's ``prepare`` as an operator enables the device."""
+        _check_string_map('controlpath_id', controlpath_id)
+        device = canonical_json(controlpath_id)
+        driver, found = self._layout_driver(driver_name, controlpath_id,
+                                            'prepare the device')
+        with self._device_lock(device):
+            layouts.prepare(driver, found)
+            self.cache.record_prepared(controlpath_id)
+        LOG.info('Prepared %s.', device)
+
+    def _layout_driver(self, driver_name: str | None,
+                       controlpath_id: dict[str, str], action: str
+                       ) -> tuple[AcceleratorDriver, DriverDevice]:
+        """The driver named, or (None: a device partitioned down to no
+        deployable, which names no driver) the one that discovers the
+        device; with the device as it discovers it now."""
+        device = canonical_json(controlpath_id)
+        if driver_name is not None:
+            driver = self._driver(driver_name, action, device)
+            return driver, layouts.find_device(driver, controlpath_id)
+        for driver in self.tracker.drivers:
+            try:
+                return driver, layouts.find_device(driver, controlpath_id)
+            except exception.DeviceActionError:
+                continue
+        raise exception.DeviceActionError(
+            action=action, device=device,
+            reason=f'no driver loaded on host {self.conf.host} discovers '
+                   'the device')
+
+    def reapply_layouts(self) -> int:
+        """Apply the kept layouts again; run at start, before the first
+        report (see ``layouts.reapply``)."""
+        return layouts.reapply(list(self.tracker.drivers), self.cache,
+                               self._resolve_layout)
+
+    def _resolve_layout(self, layout: dict[str, Any]) -> dict[str, Any]:
+        """The layout with the file of its FPGA region image, as
+        ``program`` takes it; Invalid naming an image Glance lacks."""
+        if 'region_image' not in layout:
+            return dict(layout)
+        try:
+            bitstream = self.glance.get_image(layout['region_image'])
+        except exception.BitstreamNotFound as exc:
+            raise exception.Invalid(
+                reason=f'region_image: {exc} Give the id of an FPGA image '
+                       'in the image service.') from None
+        try:
+            path = self.glance.download(bitstream, self.bitstream_dir)
+        except exception.BitstreamError as exc:
+            raise exception.DeviceActionError(
+                action='download the region image', device=bitstream.id,
+                reason=str(exc)) from exc
+        return dict(layout, image_path=path, bitstream=bitstream.to_dict())
 
     def restore_mdevs(self) -> int:
         """Make the mdevs this agent made what accelerator requests still

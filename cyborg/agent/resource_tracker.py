@@ -12,6 +12,7 @@ from cyborg import context as cyborg_context
 from cyborg.accelerator import pci
 from cyborg.accelerator.drivers.base import AcceleratorDriver
 from cyborg.agent import cache as agent_cache
+from cyborg.agent import layouts
 from cyborg.common import device_report
 from cyborg.common.device_report import DriverDevice
 from cyborg.conductor import rpcapi as conductor_rpcapi
@@ -58,6 +59,16 @@ class ResourceTracker:
         # sends every device's health again after one, as devices the
         # conductor did not know before have none yet.
         self.accepted = 0
+        # Set by cyborg.agent.driver_control: the package version of each
+        # driver by driver_name, and the driver_names an operator disabled
+        # on this host, reported with the state 'disabled'.
+        self.versions: dict[str, str] = {}
+        self.disabled: set[str] = set()
+        # Driver name -> why an enabled driver could not be loaded (after
+        # a reload): reported failed, its last known devices kept.
+        self.load_failed: dict[str, str] = {}
+        # Driver name -> its entry of the last pass's ``drivers``.
+        self.states: dict[str, dict[str, str]] = {}
         self._last_hash = self.cache.accepted_hash(_recipient(conf))
         self._last_sent = clock() if self._last_hash else None
         if self._last_hash:
@@ -87,6 +98,11 @@ class ResourceTracker:
                 try:
                     typed = driver.discover()
                     found = [device.to_dict() for device in typed]
+                    if self.conf.agent.new_device_state == 'enabled':
+                        layouts.prepare_new(driver, typed, found,
+                                            self.cache)
+                    if _cleans_after_use(driver):
+                        _mark_cleaning(found)
                 except Exception as exc:
                     failed.add(name)
                     states[name] = {'state': 'failed',
@@ -97,8 +113,18 @@ class ResourceTracker:
                 self.discovered[name] = typed
                 devices.extend(found)
                 states[name] = {'state': 'ok' if found else 'no devices'}
+        for name, error in self.load_failed.items():
+            if name not in states:
+                failed.add(name)
+                states[name] = {'state': 'failed', 'error': error}
         if failed:
             devices.extend(self._last_known(failed, devices))
+        self.states = {name: dict(entry) for name, entry in states.items()}
+        for name in self.disabled - set(states):
+            states[name] = {'state': 'disabled'}
+        for name, entry in states.items():
+            if name in self.versions:
+                entry['version'] = self.versions[name]
         report: dict[str, Any] = {'hostname': self.hostname,
                                   'devices': devices, 'drivers': states}
         # Sent only when it is not the default, so that conductors that do
@@ -138,6 +164,26 @@ class ResourceTracker:
                   'report.', len(kept), ', '.join(sorted(failed)))
         return kept
 
+    def set_drivers(self, drivers: list[AcceleratorDriver],
+                    disabled: set[str], versions: dict[str, str],
+                    load_failed: dict[str, str] | None = None) -> None:
+        """Run ``drivers`` from the next pass on; waits for a pass that
+        runs. The devices of a driver no longer run leave the next report
+        (the conductor keeps those still in use), but those of a driver in
+        ``load_failed`` (name -> error), reported failed."""
+        with self._lock:
+            names = {type(d).driver_name for d in drivers}
+            for gone in set(self.discovered) - names:
+                del self.discovered[gone]
+            for gone in set(self._failing) - names:
+                del self._failing[gone]
+            self.drivers = list(drivers)
+            self.disabled = set(disabled)
+            self.versions = dict(versions)
+            self.load_failed = {
+                name: error[:device_report.MAX_ERROR_LENGTH]
+                for name, error in (load_failed or {}).items()}
+
     @property
     def pending(self) -> str | None:
         """The hash of the last report discovered but not accepted."""
@@ -172,6 +218,24 @@ class ResourceTracker:
             LOG.debug('Reported %d device(s): %s', len(report['devices']),
                       result)
             return result
+
+
+def _cleans_after_use(driver: AcceleratorDriver) -> bool:
+    """Whether ``[<driver group>] clean_after_use`` is set for the driver;
+    False for a driver without lifecycle options (one built in a test)."""
+    try:
+        return driver.cleans_after_use
+    except (AttributeError, cfg.NoSuchOptError, cfg.NoSuchGroupError):
+        return False
+
+
+def _mark_cleaning(devices: list[dict[str, Any]]) -> None:
+    """Tell the conductor the handles of these devices are cleaned after
+    use: the deployable attribute ``cleaning.ATTRIBUTE``, which a
+    conductor reads when a request gives a handle back."""
+    for device in devices:
+        for deployable in device['deployables']:
+            deployable['attributes']['clean_after_use'] = 'true'
 
 
 def _recipient(conf: cfg.ConfigOpts) -> str:

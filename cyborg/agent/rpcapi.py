@@ -93,3 +93,73 @@ class AgentAPI:
         self._call(context, host, '1.1', 'remove_mdev', timeout=timeout,
                    driver_name=driver_name, attach_info=attach_info,
                    mdev_uuid=mdev_uuid)
+
+    def clean_handle(self, context: Context, host: str, driver_name: str,
+                     attach_type: str, attach_info: dict[str, str],
+                     handle_uuid: str, timeout: float) -> None:
+        """Clean attach handle ``handle_uuid`` after use with its driver's
+        ``clean`` (a function-level reset, an NVMe format, an FPGA's
+        golden image, an mdev made anew); wait up to ``timeout`` seconds.
+        Raises DeviceActionError, NotSupported or Invalid from the agent,
+        and AgentUnavailable."""
+        self._call(context, host, '1.2', 'clean_handle', timeout=timeout,
+                   driver_name=driver_name, attach_type=attach_type,
+                   attach_info=attach_info, handle_uuid=handle_uuid)
+
+    # Layouts and preparation (1.2).
+
+    def layout_options(self, context: Context, host: str,
+                       controlpath_id: dict[str, str],
+                       driver_name: str | None,
+                       timeout: float) -> dict[str, Any]:
+        """What the device at ``controlpath_id`` may be partitioned into
+        (``AcceleratorDriver.layout_options``; ``{}``: nothing)."""
+        return self._call(context, host, '1.2', 'layout_options',
+                          timeout=timeout, controlpath_id=controlpath_id,
+                          driver_name=driver_name)
+
+    def apply_layout(self, context: Context, host: str,
+                     controlpath_id: dict[str, str],
+                     driver_name: str | None,
+                     layout: dict[str, Any] | None,
+                     timeout: float) -> dict[str, Any]:
+        """Keep and apply ``layout`` on the device (None: forget the kept
+        layout); the agent reports before it answers. Raises Invalid
+        (a value the device does not offer), DeviceActionError,
+        NotSupported, and AgentUnavailable."""
+        return self._call(context, host, '1.2', 'apply_layout',
+                          timeout=timeout, controlpath_id=controlpath_id,
+                          driver_name=driver_name, layout=layout)
+
+    def prepare_device(self, context: Context, host: str,
+                       controlpath_id: dict[str, str],
+                       driver_name: str | None,
+                       timeout: float) -> None:
+        """Run the driver's ``prepare`` on the device being enabled."""
+        self._call(context, host, '1.2', 'prepare_device', timeout=timeout,
+                   controlpath_id=controlpath_id, driver_name=driver_name)
+
+    # Drivers managed at runtime (1.2).
+
+    def drivers_list(self, context: Context, host: str,
+                     timeout: float | None = None) -> list[dict[str, Any]]:
+        """Every driver installed on ``host``: ``{name, driver_name,
+        version, enabled, state, error}``."""
+        return self._call(context, host, '1.2', 'drivers_list',
+                          timeout=timeout)
+
+    def driver_set_enabled(self, context: Context, host: str, name: str,
+                           enabled: bool, timeout: float | None = None
+                           ) -> dict[str, Any]:
+        """Load or unload driver ``name`` on ``host``; the agent keeps the
+        choice and reports before it answers. Raises UnknownDriver,
+        DriverLoadFailed, and AgentUnavailable."""
+        return self._call(context, host, '1.2', 'driver_set_enabled',
+                          timeout=timeout, name=name, enabled=enabled)
+
+    def drivers_reload(self, context: Context, host: str,
+                       timeout: float | None = None) -> list[dict[str, Any]]:
+        """Reload the drivers of ``host`` from their installed packages;
+        the new ``drivers_list``."""
+        return self._call(context, host, '1.2', 'drivers_reload',
+                          timeout=timeout)

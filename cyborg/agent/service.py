@@ -4,9 +4,9 @@ from collections.abc import Iterable
 
 from oslo_config import cfg
 
-from cyborg.accelerator import drivers
 from cyborg.accelerator.drivers.base import AcceleratorDriver
 from cyborg.agent import cache as agent_cache
+from cyborg.agent import driver_control
 from cyborg.agent import health
 from cyborg.agent import hotplug
 from cyborg.agent import manager
@@ -35,6 +35,9 @@ class AgentService(rpc_service.RPCService):
         # Before any RPC call or report: an unbind that arrives now must
         # find the mdev it removes, and the report the host as it will be.
         self.agent.restore_mdevs()
+        # A reboot reset the VFs and mdev partitions, and an agent that
+        # died mid-change finishes it, before the report shows the device.
+        self.agent.reapply_layouts()
         if self.metrics is not None:
             self.metrics.start()
         if self.monitor is not None:
@@ -56,16 +59,21 @@ def build(conf: cfg.ConfigOpts,
     """An agent service for ``conf.host``; rpc.init() must have run.
 
     ``loaded`` are the drivers to use; by default those named in
-    ``[agent] enabled_drivers`` (DriverNotFound if a name is unknown).
-    ``hotplug_events`` replaces udev as the source of hot-plug events.
+    ``[agent] enabled_drivers`` as the operator's choices of drivers kept
+    in the cache change them (DriverNotFound if a name is unknown; see
+    ``driver_control``). ``hotplug_events`` replaces udev as the source of
+    hot-plug events.
     """
-    if loaded is None:
-        loaded = drivers.load_drivers(conf)
     conductor_api = conductor_rpcapi.ConductorAPI(conf)
     cache = agent_cache.AgentCache.load(agent_cache.cache_path(conf))
-    tracker = resource_tracker.ResourceTracker(conf, loaded, conductor_api,
-                                               cache=cache)
-    agent = manager.AgentManager(conf, tracker, conductor_api)
+    tracker = resource_tracker.ResourceTracker(conf, loaded or [],
+                                               conductor_api, cache=cache)
+    if loaded is None:
+        control = driver_control.DriverControl.start(conf, tracker)
+    else:
+        control = driver_control.DriverControl.adopt(conf, tracker)
+    agent = manager.AgentManager(conf, tracker, conductor_api,
+                                 drivers=control)
     report = rpc_service.PeriodicTask('agent-report',
                                       agent.periodic_report,
                                       conf.agent.periodic_interval)

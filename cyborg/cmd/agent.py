@@ -2,7 +2,7 @@
 import sys
 
 import cyborg.cmd  # noqa: F401  (native threads first)
-from cyborg.accelerator import drivers
+from cyborg.agent import driver_control
 from cyborg.agent import service as agent_service
 from cyborg.cmd import common
 from cyborg.common import exception
@@ -12,7 +12,8 @@ from cyborg.conf import CONF
 def main(argv: list[str] | None = None) -> int:
     common.parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        loaded = drivers.load_drivers(CONF)
+        # [agent] enabled_drivers as the operator changed it on this host.
+        loaded = driver_control.load_enabled(CONF)
     except (exception.DriverNotFound, exception.DriverError) as exc:
         print(f'cyborg-agent: {exc}', file=sys.stderr)
         return 2

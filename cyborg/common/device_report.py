@@ -83,16 +83,57 @@ class DriverDevice:
     deployables: list[DriverDeployable] = dataclasses.field(
         default_factory=list)
     cpid_type: str = 'PCI'
+    # What the device's partitioning may be (AcceleratorDriver.
+    # layout_options), filled in by the agent; empty for devices without
+    # one, and then left out of the report so reports stay as they were.
+    layout_options: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {'type': self.type,
-                'vendor': self.vendor,
-                'model': self.model,
-                'std_board_info': dict(self.std_board_info),
-                'vendor_board_info': dict(self.vendor_board_info),
-                'controlpath_id': {'cpid_type': self.cpid_type,
-                                   'cpid_info': dict(self.controlpath_id)},
-                'deployables': [d.to_dict() for d in self.deployables]}
+        result: dict[str, Any] = {
+            'type': self.type,
+            'vendor': self.vendor,
+            'model': self.model,
+            'std_board_info': dict(self.std_board_info),
+            'vendor_board_info': dict(self.vendor_board_info),
+            'controlpath_id': {'cpid_type': self.cpid_type,
+                               'cpid_info': dict(self.controlpath_id)},
+            'deployables': [d.to_dict() for d in self.deployables]}
+        if self.layout_options:
+            result['layout_options'] = dict(self.layout_options)
+        return result
+
+
+def check_layout(options: dict[str, Any], layout: dict[str, Any]) -> None:
+    """Raise Invalid naming what is allowed when ``layout`` asks for
+    something ``options`` (a driver's ``layout_options``) does not offer.
+
+    ``{"min": a, "max": b}`` allows the integers a..b; a dict of names
+    (mdev types with their instance counts) allows those names; a
+    ``{"deployables": [...]}`` entry allows any image id string (Glance
+    says whether the image exists).
+    """
+    if not options:
+        raise exception.Invalid(reason='the device cannot be partitioned')
+    for key, value in layout.items():
+        allowed = options.get(key)
+        if allowed is None:
+            raise exception.Invalid(
+                reason=f'layout key {key!r} is not one of '
+                       f'{", ".join(sorted(options))}')
+        if 'min' in allowed and 'max' in allowed:
+            if (not isinstance(value, int) or isinstance(value, bool)
+                    or not allowed['min'] <= value <= allowed['max']):
+                raise exception.Invalid(
+                    reason=f'{key} {value!r} is not an integer from '
+                           f'{allowed["min"]} to {allowed["max"]}')
+        elif 'deployables' in allowed:
+            if not isinstance(value, str) or not value:
+                raise exception.Invalid(
+                    reason=f'{key} {value!r} is not an image id')
+        elif value not in allowed:
+            raise exception.Invalid(
+                reason=f'{key} {value!r} is not one of '
+                       f'{", ".join(sorted(allowed))}')
 
 
 _NAME = {'type': 'string', 'minLength': 1, 'maxLength': 255}
@@ -110,7 +151,8 @@ REPORT_SCHEMA: dict[str, Any] = {
         # The status of devices the conductor stores for the first time
         # ([agent] new_device_state); absent means 'enabled'.
         'new_device_status': {'enum': list(NEW_DEVICE_STATUSES)},
-        # The state of every enabled driver in this discovery pass, by
+        # The state of every enabled driver in this discovery pass, and of
+        # the drivers an operator disabled on the host ('disabled'), by
         # driver name (conductor RPC 1.5; absent from older agents and
         # from reports to older conductors). ``error`` comes with
         # ``failed`` and only with it.
@@ -125,6 +167,10 @@ REPORT_SCHEMA: dict[str, Any] = {
                     'state': {'enum': list(DRIVER_STATES)},
                     'error': {'type': 'string',
                               'maxLength': MAX_ERROR_LENGTH},
+                    # The version of the package the driver comes from
+                    # (conductor RPC 1.9, as the state 'disabled').
+                    'version': {'type': 'string', 'minLength': 1,
+                                'maxLength': 64},
                 },
                 'if': {'properties': {'state': {'const': 'failed'}}},
                 'then': {'required': ['error']},
@@ -144,6 +190,11 @@ REPORT_SCHEMA: dict[str, Any] = {
                     'model': _NAME,
                     'std_board_info': {'type': 'object'},
                     'vendor_board_info': {'type': 'object'},
+                    # A device whose preparation at discovery failed
+                    # ([agent] new_device_state = enabled), and why;
+                    # stored for devices new to the conductor.
+                    'status': {'const': 'error'},
+                    'status_reason': {'type': 'string', 'maxLength': 255},
                     'controlpath_id': {
                         'type': 'object',
                         'additionalProperties': False,

@@ -127,6 +127,26 @@ class DeployableBusy(Conflict):
     msg_fmt = 'Deployable %(uuid)s cannot be programmed now: %(reason)s.'
 
 
+class DeviceBusy(Conflict):
+    msg_fmt = 'Device %(uuid)s cannot %(action)s now: %(reason)s.'
+
+
+class LayoutFailed(Conflict):
+    msg_fmt = ('The layout of device %(uuid)s failed and the device is held '
+               'back: %(reason)s. Set a layout again, or clear it.')
+
+
+class PrepareFailed(Conflict):
+    msg_fmt = ('Device %(uuid)s could not be prepared and is in error: '
+               '%(reason)s. Fix the cause and enable it again.')
+
+
+class HandleNotInMaintenance(Conflict):
+    msg_fmt = ('Attach handle %(uuid)s is %(state)s; only a handle in '
+               'maintenance (after a failed clean) can be given to '
+               '%(action)s.')
+
+
 class ReportConflict(Conflict):
     msg_fmt = ('The device report from host %(host)s conflicts with what '
                'another host reported: %(reason)s')
@@ -163,6 +183,22 @@ class DriverNotFound(CyborgException):
 
 class DriverError(CyborgException):
     msg_fmt = 'Driver %(driver)s failed: %(reason)s'
+
+
+class UnknownDriver(Invalid):
+    msg_fmt = ('No driver named %(name)s is installed on host %(host)s; '
+               'installed: %(installed)s.')
+
+
+class DriverLoadFailed(Conflict):
+    msg_fmt = ('Driver %(name)s cannot be loaded on host %(host)s; nothing '
+               'changed: %(reason)s')
+
+
+class DriverInUse(Conflict):
+    msg_fmt = ('Driver %(name)s cannot be disabled on host %(host)s while '
+               'accelerator requests hold its devices: %(arqs)s. Unbind or '
+               'delete them first.')
 
 
 class DBNotReachable(CyborgException):

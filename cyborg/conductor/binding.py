@@ -71,6 +71,9 @@ class Binder:
             max_workers=conf.conductor.bind_workers)
         self.notifier = notifications.get_notifier(conf, 'cyborg-conductor')
         self.bind_durations = conductor_metrics.BindDurations()
+        # Called with the attach handles (ids) a PATCH or delete left
+        # cleaning, once committed (see cyborg.conductor.cleaning).
+        self.clean: Callable[[list[int]], None] | None = None
 
     @property
     def agent_api(self) -> agent_rpcapi.AgentAPI:
@@ -135,6 +138,9 @@ class Binder:
         is when the PATCH arrived."""
         if batch.released:
             self._free(batch.released)
+        # After the mdevs' removal: a handle cleans once its mdev is gone.
+        if batch.cleaning and self.clean is not None:
+            self.clean(batch.cleaning)
         if batch.resolved:
             self.executor.submit(self._notify, batch.resolved,
                                  batch.instances)

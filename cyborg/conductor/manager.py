@@ -13,6 +13,9 @@ from cyborg.common import device_report
 from cyborg.common import exception
 from cyborg.common import notifications
 from cyborg.conductor import binding
+from cyborg.conductor import cleaning
+from cyborg.conductor import host_drivers
+from cyborg.conductor import layouts
 from cyborg.conductor import placement_sync
 from cyborg.db.api import arqs
 from cyborg.db.api import attach_handles
@@ -66,6 +69,12 @@ class ConductorManager:
             placement = placement_sync.PlacementSync(conf)
         self.placement = placement
         self.binder = binder or binding.Binder(conf)
+        self.cleaner = cleaning.Cleaner(conf, self.binder,
+                                        self.sync_placement)
+        self.binder.clean = self.cleaner.start
+        # The agent client is the binder's, made at its first use.
+        self.layouts = layouts.DeviceLayouts(
+            conf, lambda: self.binder.agent_api, self.sync_placement)
         self.notifier = notifications.get_notifier(conf, 'cyborg-conductor')
 
     def sync_placement(self, hostname: str) -> int:
@@ -202,6 +211,24 @@ class ConductorManager:
         if hostname:
             self.sync_placement(hostname)
 
+    # Device layouts and preparation (1.9).
+
+    @messaging.expected_exceptions(exception.CyborgException)
+    def device_layout_options(self, context: cyborg_context.RequestContext,
+                              uuid: str) -> dict[str, Any]:
+        return self.layouts.options(context, uuid)
+
+    @messaging.expected_exceptions(exception.CyborgException)
+    def device_set_layout(self, context: cyborg_context.RequestContext,
+                          uuid: str, layout: dict[str, Any] | None
+                          ) -> dict[str, Any]:
+        return self.layouts.set(context, uuid, layout)
+
+    @messaging.expected_exceptions(exception.CyborgException)
+    def device_enable(self, context: cyborg_context.RequestContext,
+                      uuid: str) -> None:
+        self.layouts.enable(context, uuid)
+
     # Device health (1.8).
 
     @messaging.expected_exceptions(exception.InvalidReport)
@@ -331,6 +358,21 @@ class ConductorManager:
                      'attach handle(s); they are free.', host, freed)
         return freed
 
+    # Attach handles cleaned after use (1.9).
+
+    @messaging.expected_exceptions(exception.CyborgException)
+    def attach_handle_clean(self, context: cyborg_context.RequestContext,
+                            uuid: str) -> dict[str, Any]:
+        """Clean a handle held in maintenance again (HandleNotInMaintenance
+        otherwise); it is returned ``cleaning``."""
+        return self.cleaner.retry(context, uuid)
+
+    @messaging.expected_exceptions(exception.CyborgException)
+    def attach_handle_release(self, context: cyborg_context.RequestContext,
+                              uuid: str) -> dict[str, Any]:
+        """Free a handle held in maintenance without cleaning it."""
+        return self.cleaner.release(context, uuid)
+
     @messaging.expected_exceptions(exception.CyborgException)
     def host_discover(self, context: cyborg_context.RequestContext,
                       host: str) -> dict[str, int] | None:
@@ -345,3 +387,25 @@ class ConductorManager:
             context, host, timeout=float(self.conf.rpc_response_timeout))
         LOG.debug('Host %s discovered on request: %s', host, result)
         return result
+
+    # Drivers managed per host (1.9); see host_drivers.
+
+    @property
+    def _host_drivers(self) -> host_drivers.HostDrivers:
+        return host_drivers.HostDrivers(self.conf, self.binder.agent_api)
+
+    @messaging.expected_exceptions(exception.CyborgException)
+    def host_drivers_list(self, context: cyborg_context.RequestContext,
+                          host: str) -> list[dict[str, Any]]:
+        return self._host_drivers.installed(context, host)
+
+    @messaging.expected_exceptions(exception.CyborgException)
+    def host_driver_set_enabled(self, context: cyborg_context.RequestContext,
+                                host: str, name: str, enabled: bool
+                                ) -> dict[str, Any]:
+        return self._host_drivers.set_enabled(context, host, name, enabled)
+
+    @messaging.expected_exceptions(exception.CyborgException)
+    def host_drivers_reload(self, context: cyborg_context.RequestContext,
+                            host: str) -> list[dict[str, Any]]:
+        return self._host_drivers.reload(context, host)

@@ -105,8 +105,21 @@ class ConductorAPI:
         Returns what changed (see ``ReportResult.to_dict``). The
         report's ``drivers`` go only to conductors of 1.5 or later: not
         at all under an ``[upgrade_levels] conductor`` cap below 1.5, and
-        again without them when a conductor refuses 1.5.
+        again without them when a conductor refuses 1.5. Their versions
+        and 'disabled' states go only to conductors of 1.9 or later, the
+        same way.
         """
+        if isinstance(report, dict) and _has_lifecycle_drivers(report):
+            answer = self._call_newer(
+                context, '1.9', 'report_data',
+                'reporting without driver versions and disabled drivers',
+                host=host, report=report)
+            if answer is not NOT_TAKEN:
+                return answer
+            report = dict(report, drivers={
+                name: {k: v for k, v in entry.items() if k != 'version'}
+                for name, entry in report['drivers'].items()
+                if entry.get('state') != 'disabled'})
         if isinstance(report, dict) and 'drivers' in report:
             answer = self._call_newer(
                 context, '1.5', 'report_data',
@@ -197,6 +210,39 @@ class ConductorAPI:
         return self._call(context, '1.1', 'device_set_status', uuid=uuid,
                           status=status)
 
+    # Device layouts and preparation (1.9).
+
+    def _device_action_timeout(self) -> float:
+        # The conductor asks the agent what it offers (up to the RPC
+        # timeout) and then waits for the change (up to the bind timeout).
+        return (float(self.conf.conductor.bind_timeout)
+                + 2 * self.conf.rpc_response_timeout + 30)
+
+    def device_layout_options(self, context: Context, uuid: str
+                              ) -> dict[str, Any]:
+        """The device's layout and what its agent offers
+        (``{'device_uuid', 'layout', 'layout_state', 'layout_reason',
+        'options'}``); AgentUnavailable when its agent does not answer."""
+        return self._call(context, '1.9', 'device_layout_options',
+                          rpc_timeout=2 * self.conf.rpc_response_timeout,
+                          uuid=uuid)
+
+    def device_set_layout(self, context: Context, uuid: str,
+                          layout: dict[str, Any] | None) -> dict[str, Any]:
+        """Apply ``layout`` to the device through its agent (None: clear
+        the desired layout); the device after. Invalid listing what is
+        allowed, DeviceBusy naming the requests that use it,
+        AgentUnavailable (nothing changed), LayoutFailed."""
+        return self._call(context, '1.9', 'device_set_layout',
+                          rpc_timeout=self._device_action_timeout(),
+                          uuid=uuid, layout=layout)
+
+    def device_enable(self, context: Context, uuid: str) -> None:
+        """Prepare the device through its agent and enable it;
+        PrepareFailed (it is in ``error``), AgentUnavailable (unchanged)."""
+        self._call(context, '1.9', 'device_enable',
+                   rpc_timeout=self._device_action_timeout(), uuid=uuid)
+
     def attribute_create(self, context: Context,
                          values: dict[str, Any]) -> dict[str, Any]:
         return self._call(context, '1.1', 'attribute_create', values=values)
@@ -227,6 +273,20 @@ class ConductorAPI:
         that waited for it were freed."""
         return self._call(context, '1.6', 'mdevs_removed', host=host,
                           mdev_uuids=mdev_uuids)
+
+    def attach_handle_clean(self, context: Context, uuid: str
+                            ) -> dict[str, Any]:
+        """Clean again an attach handle held in maintenance after a failed
+        clean; the handle, ``cleaning`` (the clean runs in the
+        background). HandleNotInMaintenance in any other state."""
+        return self._call(context, '1.9', 'attach_handle_clean', uuid=uuid)
+
+    def attach_handle_release(self, context: Context, uuid: str
+                              ) -> dict[str, Any]:
+        """Free an attach handle held in maintenance without cleaning it;
+        the handle. HandleNotInMaintenance in any other state."""
+        return self._call(context, '1.9', 'attach_handle_release',
+                          uuid=uuid)
 
     def device_health_update(self, context: Context, host: str,
                              updates: list[dict[str, Any]]) -> int:
@@ -261,6 +321,47 @@ class ConductorAPI:
         timeout = self.conf.rpc_response_timeout + 30
         return self._call(context, '1.3', 'host_discover',
                           rpc_timeout=timeout, host=host)
+
+    # Drivers managed per host (1.9).
+
+    def host_drivers_list(self, context: Context, host: str
+                          ) -> list[dict[str, Any]]:
+        """Every driver installed on ``host``, from its live agent:
+        ``{name, driver_name, version, enabled, state, error}``. Raises
+        AgentNotFound, AgentUnavailable."""
+        return self._call(context, '1.9', 'host_drivers_list',
+                          rpc_timeout=self._agent_timeout(), host=host)
+
+    def host_driver_set_enabled(self, context: Context, host: str,
+                                name: str, enabled: bool) -> dict[str, Any]:
+        """Enable or disable driver ``name`` on ``host``; its agent
+        reports before this returns. Raises UnknownDriver, DriverInUse
+        (a disable while requests hold its devices), DriverLoadFailed,
+        AgentNotFound and AgentUnavailable."""
+        return self._call(context, '1.9', 'host_driver_set_enabled',
+                          rpc_timeout=self._agent_timeout(), host=host,
+                          name=name, enabled=enabled)
+
+    def host_drivers_reload(self, context: Context, host: str
+                            ) -> list[dict[str, Any]]:
+        """Reload the drivers of ``host`` from their installed
+        packages; the new list."""
+        return self._call(context, '1.9', 'host_drivers_reload',
+                          rpc_timeout=self._agent_timeout(), host=host)
+
+    def _agent_timeout(self) -> float:
+        # The conductor waits up to the RPC timeout for the agent (twice
+        # for an enable or disable: the list, then the change).
+        return 2 * self.conf.rpc_response_timeout + 30
+
+
+def _has_lifecycle_drivers(report: dict[str, Any]) -> bool:
+    """Whether a report's ``drivers`` say what only 1.9 reads."""
+    entries = report.get('drivers')
+    return isinstance(entries, dict) and any(
+        isinstance(e, dict)
+        and ('version' in e or e.get('state') == 'disabled')
+        for e in entries.values())
 
 
 def _rebuild(error: dict[str, Any]) -> exception.CyborgException:

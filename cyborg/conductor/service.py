@@ -5,6 +5,7 @@ from cyborg import context as cyborg_context
 from cyborg import version
 from cyborg.common import rpc
 from cyborg.common import rpc_service
+from cyborg.conductor import layouts
 from cyborg.conductor import manager
 from cyborg.conductor import metrics as conductor_metrics
 from cyborg.conductor import placement_sync
@@ -12,6 +13,10 @@ from cyborg.db.api import services
 
 # Seconds between two looks for binds whose conductor stopped.
 STALE_BIND_INTERVAL = 60
+# Seconds between two looks for handles left cleaning (an agent that was
+# down): a quarter of cleaning.RETRY_AFTER, so a handle is retried at most
+# 15 s after its wait is over.
+STALE_CLEAN_INTERVAL = 15
 
 
 class ConductorService(rpc_service.RPCService):
@@ -50,7 +55,13 @@ def build(conf: cfg.ConfigOpts) -> ConductorService:
                                       conf.heartbeat_interval),
              rpc_service.PeriodicTask('conductor-stale-binds',
                                       conductor.binder.fail_stale_binds,
-                                      STALE_BIND_INTERVAL)]
+                                      STALE_BIND_INTERVAL),
+             rpc_service.PeriodicTask('conductor-stale-cleans',
+                                      conductor.cleaner.retry_stale,
+                                      STALE_CLEAN_INTERVAL),
+             rpc_service.PeriodicTask('conductor-layouts',
+                                      conductor.layouts.redrive,
+                                      layouts.REDRIVE_INTERVAL)]
     if conductor.placement is not None:
         tasks.append(rpc_service.PeriodicTask(
             'placement-sync', conductor.placement.sync_pending,

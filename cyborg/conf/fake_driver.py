@@ -1,6 +1,8 @@
 """Options of the [fake_driver] group: the in-tree driver for demos."""
 from oslo_config import cfg
 
+from cyborg.conf.lifecycle import lifecycle_opts
+
 fake_driver_group = cfg.OptGroup(
     'fake_driver',
     title='Fake driver options',
@@ -8,7 +10,7 @@ fake_driver_group = cfg.OptGroup(
          'offering vGPUs, that do not exist. It serves the all-in-one '
          'service, tests and benchmarks.')
 
-fake_driver_opts = [
+fake_driver_opts: list[cfg.Opt] = [
     cfg.IntOpt(
         'device_count',
         default=1,
@@ -80,7 +82,36 @@ fake_driver_opts = [
              'read or parsed makes every fake device report "unknown" '
              'with the problem as its reason; an invalid entry does so '
              'for its device only.'),
+    cfg.StrOpt(
+        'clean_log',
+        mutable=True,
+        help='A file to which the driver appends one JSON line for every '
+             'attach handle it cleans, device it prepares and layout it '
+             'applies, so that a test in another process can see them. '
+             'Unset, nothing is written.'),
+    cfg.BoolOpt(
+        'clean_fail',
+        default=False,
+        mutable=True,
+        help='Make every clean of a fake attach handle fail, to test how '
+             'handles are held in maintenance.'),
+    cfg.BoolOpt(
+        'prepare_fail',
+        default=False,
+        mutable=True,
+        help='Make every preparation of a fake device fail, to test how '
+             'devices go to the error status.'),
+    cfg.BoolOpt(
+        'layout_fail',
+        default=False,
+        mutable=True,
+        help='Make every layout change of a fake device fail after it was '
+             'checked, to test how failed layouts are reported.'),
 ]
+
+fake_driver_opts += lifecycle_opts(
+    'fake devices',
+    'recorded in clean_log, and failing while clean_fail is set')
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:

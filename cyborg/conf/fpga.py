@@ -1,6 +1,8 @@
 """Options of the [fpga] group: the tools the FPGA drivers program with."""
 from oslo_config import cfg
 
+from cyborg.conf.lifecycle import lifecycle_opts
+
 fpga_group = cfg.OptGroup(
     'fpga',
     title='FPGA driver options',
@@ -15,7 +17,7 @@ fpga_group = cfg.OptGroup(
          'which every list must contain). The agent refuses to start when '
          'a list names another placeholder.')
 
-fpga_opts = [
+fpga_opts: list[cfg.Opt] = [
     cfg.IntOpt(
         'program_timeout',
         default=900,
@@ -54,7 +56,22 @@ fpga_opts = [
              '"--base --image" takes the name of a base partition package '
              'installed on the host, not a file, so it cannot load an '
              'image downloaded from Glance.'),
+    cfg.DictOpt(
+        'golden_images',
+        default={},
+        help='The image each FPGA driver loads to clean a card after use '
+             '(clean_after_use), as <driver>:<path> entries, e.g. '
+             '"intel_fpga:/var/lib/cyborg/golden/n3000.gbs,'
+             'xilinx_fpga:/var/lib/cyborg/golden/u250.xclbin": a file on '
+             'the agent\'s host, loaded with the same tool and arguments '
+             'as a Glance image. Per driver, since the tools and formats '
+             'differ; a driver without an entry cannot clean its cards, '
+             'and a clean it is asked for fails with that reason.'),
 ]
+
+fpga_opts += lifecycle_opts(
+    'FPGA cards of the intel_fpga, xilinx_fpga and inspur_fpga drivers',
+    "the card's golden image of golden_images is loaded again")
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:

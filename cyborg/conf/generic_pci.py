@@ -1,6 +1,8 @@
 """Options of the [generic_pci] group: which PCI functions the driver owns."""
 from oslo_config import cfg
 
+from cyborg.conf.lifecycle import lifecycle_opts
+
 generic_pci_group = cfg.OptGroup(
     'generic_pci',
     title='Generic PCI driver options',
@@ -32,6 +34,10 @@ generic_pci_opts: list[cfg.Opt] = [
              'refuses a report naming one function twice. The agent '
              'refuses to start when an object is invalid.'),
 ]
+
+generic_pci_opts += lifecycle_opts(
+    'functions of the generic_pci driver',
+    "a function-level reset through the function's sysfs reset file")
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:

@@ -1,6 +1,8 @@
 """Options of the [gpu_devices] group: which NVIDIA GPUs serve vGPUs."""
 from oslo_config import cfg
 
+from cyborg.conf.lifecycle import lifecycle_opts
+
 gpu_group = cfg.OptGroup(
     'gpu_devices',
     title='NVIDIA GPU driver options',
@@ -10,7 +12,7 @@ gpu_group = cfg.OptGroup(
          'then it is reported as that many vGPUs (resource class VGPU), '
          'created as mediated devices when an instance is bound to them.')
 
-gpu_opts = [
+gpu_opts: list[cfg.Opt] = [
     cfg.ListOpt(
         'enabled_vgpu_types',
         default=[],
@@ -40,6 +42,11 @@ gpu_opts = [
              'a type missing from enabled_vgpu_types or gives an address '
              'two types, or when an enabled type has no entry.'),
 ]
+
+gpu_opts += lifecycle_opts(
+    'NVIDIA GPUs of the nvidia_gpu driver',
+    "a vGPU's mediated device is removed and created again; a whole GPU "
+    'gets a function-level reset through its sysfs reset file')
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:

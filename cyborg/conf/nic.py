@@ -2,6 +2,8 @@
 are connected to."""
 from oslo_config import cfg
 
+from cyborg.conf.lifecycle import lifecycle_opts
+
 nic_group = cfg.OptGroup(
     'nic_devices',
     title='NIC driver options',
@@ -43,6 +45,10 @@ nic_opts: list[cfg.Opt] = [
              'one function only. The agent refuses to start when an entry '
              'is invalid.'),
 ]
+
+nic_opts += lifecycle_opts(
+    'Intel NICs of the intel_nic driver',
+    "a function-level reset through the function's sysfs reset file")
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:

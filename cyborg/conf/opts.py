@@ -15,11 +15,14 @@ from cyborg.conf import glance
 from cyborg.conf import gpu
 from cyborg.conf import nic
 from cyborg.conf import nova
+from cyborg.conf import npu
 from cyborg.conf import placement
+from cyborg.conf import qat
+from cyborg.conf import ssd
 from cyborg.conf import upgrade_levels
 
 _MODULES = (default, agent, api, conductor, database, fake_driver, fpga,
-            generic_pci, glance, gpu, nic, nova, placement,
+            generic_pci, glance, gpu, nic, nova, npu, placement, qat, ssd,
             upgrade_levels)
 
 

@@ -12,6 +12,9 @@ MICROVERSION = '2.5'
 HEALTH_MICROVERSION = '2.6'
 # GET /capacity.
 CAPACITY_MICROVERSION = '2.7'
+# The device lifecycle: attach handles and their cleaning, layouts, drivers
+# per host.
+LIFECYCLE_MICROVERSION = '2.8'
 
 
 class Client:
@@ -66,6 +69,28 @@ class Client:
         return self._call(
             'POST', f'/hosts/{urllib.parse.quote(host, safe="")}/discover')
 
+    def host_drivers(self, host: str) -> list[dict[str, Any]]:
+        """The drivers installed on ``host``, from its agent (2.8)."""
+        found: list[dict[str, Any]] = self._call(
+            'GET', f'{_host_path(host)}/drivers',
+            microversion=LIFECYCLE_MICROVERSION)['drivers']
+        return found
+
+    def host_driver_set_enabled(self, host: str, name: str,
+                                enabled: bool) -> dict[str, Any]:
+        action = 'enable' if enabled else 'disable'
+        driver: dict[str, Any] = self._call(
+            'POST', f'{_host_path(host)}/drivers/'
+                    f'{urllib.parse.quote(name, safe="")}/{action}',
+            microversion=LIFECYCLE_MICROVERSION)
+        return driver
+
+    def host_drivers_reload(self, host: str) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self._call(
+            'POST', f'{_host_path(host)}/drivers/reload',
+            microversion=LIFECYCLE_MICROVERSION)['drivers']
+        return found
+
     def capacity(self, group_by: str | None = None,
                  hostname: str | None = None,
                  resource_class: str | None = None,
@@ -111,6 +136,50 @@ class Client:
             'GET', f'{_device_path(uuid)}/impact',
             microversion=HEALTH_MICROVERSION)
         return found
+
+    def layout(self, uuid: str) -> dict[str, Any]:
+        """The device's desired layout, its state, and what its agent
+        offers (2.8)."""
+        found: dict[str, Any] = self._call(
+            'GET', f'{_device_path(uuid)}/layout',
+            microversion=LIFECYCLE_MICROVERSION)
+        return found
+
+    def set_layout(self, uuid: str, layout: dict[str, Any]
+                   ) -> dict[str, Any]:
+        device: dict[str, Any] = self._call(
+            'PUT', f'{_device_path(uuid)}/layout',
+            microversion=LIFECYCLE_MICROVERSION, json=layout)
+        return device
+
+    def clear_layout(self, uuid: str) -> dict[str, Any]:
+        device: dict[str, Any] = self._call(
+            'DELETE', f'{_device_path(uuid)}/layout',
+            microversion=LIFECYCLE_MICROVERSION)
+        return device
+
+    def attach_handles(self, device_uuid: str | None = None,
+                       clean_state: str | None = None
+                       ) -> list[dict[str, Any]]:
+        params = {k: v for k, v in (('device_uuid', device_uuid),
+                                    ('clean_state', clean_state))
+                  if v is not None}
+        found: list[dict[str, Any]] = self._call(
+            'GET', '/attach_handles', microversion=LIFECYCLE_MICROVERSION,
+            params=params)['attach_handles']
+        return found
+
+    def attach_handle_action(self, uuid: str, action: str
+                             ) -> dict[str, Any]:
+        """POST /attach_handles/{uuid}/clean or .../release."""
+        handle: dict[str, Any] = self._call(
+            'POST', f'/attach_handles/{urllib.parse.quote(uuid, safe="")}'
+                    f'/{action}', microversion=LIFECYCLE_MICROVERSION)
+        return handle
+
+
+def _host_path(host: str) -> str:
+    return f'/hosts/{urllib.parse.quote(host, safe="")}'
 
 
 def _device_path(uuid: str) -> str:

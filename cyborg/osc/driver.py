@@ -11,12 +11,13 @@ COLUMNS = ('host', 'hostname', 'driver_name', 'devices', 'deployables',
            'accelerators', 'state', 'since', 'error', 'agent_state')
 HEADINGS = ('Host', 'Hostname', 'Driver Name', 'Devices', 'Deployables',
             'Accelerators', 'State', 'Since', 'Error', 'Agent State')
-STATES = ('ok', 'no devices', 'failed')
+STATES = ('ok', 'no devices', 'failed', 'disabled')
 
 
 class ListDriver(command.Lister):
     """List the drivers of each agent host: what they found, and their
-    state (ok, no devices, or failed since when, with the error).
+    state (ok, no devices, failed since when, with the error, or disabled
+    on the host by an operator).
     """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:

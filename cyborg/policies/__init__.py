@@ -4,6 +4,7 @@ from collections.abc import Iterator
 from oslo_policy import policy
 
 from cyborg.policies import arqs
+from cyborg.policies import attach_handles
 from cyborg.policies import attributes
 from cyborg.policies import base
 from cyborg.policies import capacity
@@ -17,5 +18,6 @@ from cyborg.policies import services
 
 def list_policies() -> Iterator[policy.RuleDefault]:
     for module in (base, device_profiles, arqs, devices, deployables,
-                   attributes, services, drivers, hosts, capacity):
+                   attributes, services, drivers, hosts, capacity,
+                   attach_handles):
         yield from module.list_rules()

@@ -26,6 +26,16 @@ rules: list[policy.RuleDefault] = [
          'List the accelerator requests, instances and projects that '
          'taking a device out would touch (microversion 2.6).',
          [('GET', '/v2/devices/{uuid}/impact')]),
+    # Administrators only: the options come from the host's agent.
+    rule(P % 'get_layout', 'rule:admin_api',
+         'Show a device\'s desired layout and what its agent offers '
+         '(microversion 2.8).',
+         [('GET', '/v2/devices/{uuid}/layout')]),
+    rule(P % 'set_layout', 'rule:admin_api',
+         'Set or clear a device\'s desired layout (SR-IOV VF count, mdev '
+         'type and count, FPGA region image; microversion 2.8).',
+         [('PUT', '/v2/devices/{uuid}/layout'),
+          ('DELETE', '/v2/devices/{uuid}/layout')]),
 ]
 
 

@@ -9,6 +9,7 @@ from oslo_config import cfg
 from cyborg.common import exception
 from cyborg.common.device_health import Health
 from cyborg.common.device_health import Usage
+from cyborg.common.device_report import DriverAttachHandle
 from cyborg.common.device_report import DriverDevice
 
 _NOT_TRAIT_CHARS = re.compile('[^A-Z0-9_]')
@@ -45,6 +46,10 @@ class AcceleratorDriver(abc.ABC):
 
     #: The name written into every deployable this driver reports.
     driver_name: ClassVar[str]
+    #: The configuration group holding the driver's options, among them
+    #: ``clean_after_use`` and ``vfio_bind`` (cyborg.conf.lifecycle);
+    #: None for a driver without them, which never cleans on its own.
+    conf_group: ClassVar[str | None] = None
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         self.conf = conf
@@ -108,3 +113,75 @@ class AcceleratorDriver(abc.ABC):
         not exist succeeds."""
         raise exception.NotSupported(
             what=f'Mediated devices of driver {self.driver_name}')
+
+    # Device lifecycle (issue 19). The agent calls these; none runs while
+    # a handle of the device is bound (the conductor refuses layouts then,
+    # and cleans only the handle that was just released).
+
+    @property
+    def cleans_after_use(self) -> bool:
+        """Whether every handle of this driver is cleaned after use:
+        ``[<conf_group>] clean_after_use``. A device profile may ask for
+        a clean on its own."""
+        if self.conf_group is None:
+            return False
+        return bool(self.conf[self.conf_group].clean_after_use)
+
+    def layout_options(self, device: DriverDevice) -> dict[str, Any]:
+        """What the partitioning of ``device`` may be; ``{}`` when it has
+        none. Keys are those of a layout, values what each may be:
+
+        * ``{"vf_count": {"min": 0, "max": <sriov_totalvfs>}}`` for an
+          SR-IOV physical function;
+        * ``{"mdev_type": {"<type>": <instances>, ...},
+          "mdev_count": {"min": 0, "max": <most instances of a type>}}``
+          for a device offering mediated devices;
+        * ``{"region_image": {"deployables": [<names>]}}`` for an FPGA
+          whose regions are loaded with a Glance image.
+
+        Reads the host; never changes it.
+        """
+        return {}
+
+    def apply_layout(self, device: DriverDevice,
+                     layout: dict[str, Any]) -> None:
+        """Make ``device`` partitioned as ``layout`` says (keys as in
+        ``layout_options``; a key left out keeps what the device has).
+
+        Idempotent: applying the layout the device already has changes
+        nothing, so the agent re-applies every stored layout after a
+        reboot. Raises ``Invalid`` naming the allowed values for a value
+        outside ``layout_options``, before anything is changed, and
+        ``DeviceActionError`` when the host refuses; the next
+        ``discover`` reports the device as it now is.
+
+        For ``region_image`` (a Glance image id) the agent downloads the
+        image first and adds ``image_path`` (the local file) and
+        ``bitstream`` (its metadata, as ``program`` takes it) to the
+        layout it passes. Drivers keep what is not on the host itself
+        (e.g. how many vGPUs to offer) in memory only: the agent
+        re-applies every stored layout when it starts.
+        """
+        raise exception.NotSupported(
+            what=f'Layouts of devices of driver {self.driver_name}')
+
+    def prepare(self, device: DriverDevice) -> None:
+        """Ready ``device`` as it becomes enabled (at discovery with
+        ``[agent] new_device_state = enabled``, or when an operator
+        enables it), e.g. bind its functions to vfio-pci.
+
+        The default does nothing: most devices need nothing beyond their
+        host driver, so a driver without a preparation step is ready at
+        once. Idempotent; raises ``DeviceActionError`` on failure.
+        """
+        return None
+
+    def clean(self, handle: DriverAttachHandle) -> None:
+        """Wipe what a tenant left on ``handle`` (reset a function, format
+        a drive, re-flash an FPGA, recreate an mdev) so the next tenant
+        finds it as new. Returns once the handle can be offered again;
+        raises ``DeviceActionError`` when it cannot. For an ``MDEV``
+        handle the agent adds ``mdev_uuid`` (the handle's uuid, which is
+        the mdev's) to the attach info."""
+        raise exception.NotSupported(
+            what=f'Cleaning devices of driver {self.driver_name}')

@@ -1,8 +1,15 @@
-"""A driver for devices that do not exist: FPGA-like, for tests and demos."""
+"""A driver for devices that do not exist: FPGA-like, for tests and demos.
+
+Its lifecycle (layouts, preparation, cleaning) is in memory too; each
+call is recorded in ``[fake_driver] clean_log`` for tests in other
+processes (read with :func:`read_program_log`, the same JSON lines).
+"""
+import contextlib
 import hashlib
 import json
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from oslo_config import cfg
@@ -19,6 +26,7 @@ from cyborg.common.device_report import DriverAttachHandle
 from cyborg.common.device_report import DriverDeployable
 from cyborg.common.device_report import DriverDevice
 from cyborg.common.device_report import canonical_json
+from cyborg.common.device_report import check_layout
 from cyborg.common.device_report import pci_address
 
 VENDOR_ID = '0xabcd'
@@ -165,6 +173,7 @@ class FakeDriver(AcceleratorDriver):
     """
 
     driver_name = 'fake'
+    conf_group = 'fake_driver'
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         super().__init__(conf)
@@ -172,6 +181,11 @@ class FakeDriver(AcceleratorDriver):
         self.program_calls: list[dict[str, Any]] = []
         self.loaded: dict[str, dict[str, Any]] = {}
         self.mdevs: dict[str, str] = {}
+        # vGPUs offered per GPU slot by a layout; the others offer
+        # [fake_driver] vgpus_per_device.
+        self.mdev_counts: dict[str, int] = {}
+        #: Every prepare, clean and layout call, oldest first.
+        self.lifecycle_calls: list[dict[str, Any]] = []
         # Programs and mdev creations under way (see [fake_driver]
         # action_seconds).
         self.busy = 0
@@ -221,7 +235,8 @@ class FakeDriver(AcceleratorDriver):
                 attach_type='MDEV',
                 attach_info=dict(address, asked_type=VGPU_TYPE,
                                  vgpu_mark=f'{VGPU_TYPE}_{n}'))
-            for n in range(self.conf.fake_driver.vgpus_per_device)]
+            for n in range(self.mdev_counts.get(
+                _slot(address), self.conf.fake_driver.vgpus_per_device))]
         deployable = DriverDeployable(
             name=self._deployable_name(address),
             num_accelerators=len(handles),
@@ -356,6 +371,81 @@ class FakeDriver(AcceleratorDriver):
                 del self.mdevs[mdev_uuid]
 
     # Monitoring: faults from configuration, plausible numbers otherwise.
+
+    # Lifecycle
+
+    def layout_options(self, device: DriverDevice) -> dict[str, Any]:
+        kind = self._device_kind(device)
+        if kind is None:
+            return {}
+        if kind[1] == 'card':
+            return {'region_image': {
+                'deployables': [d.name for d in device.deployables]}}
+        most = self.conf.fake_driver.vgpus_per_device
+        return {'mdev_type': {VGPU_TYPE: most},
+                'mdev_count': {'min': 1, 'max': most}}
+
+    def apply_layout(self, device: DriverDevice,
+                     layout: dict[str, Any]) -> None:
+        """A card loads ``region_image`` (the agent adds ``image_path``
+        and ``bitstream`` as for real FPGAs); a GPU offers ``mdev_count``
+        vGPUs from the next discovery on."""
+        wanted = {k: v for k, v in layout.items()
+                  if k not in ('image_path', 'bitstream')}
+        with self._recorded('layout', device.controlpath_id, layout=wanted):
+            check_layout(self.layout_options(device), wanted)
+            if self.conf.fake_driver.layout_fail:
+                raise self._failure('apply a layout', device.controlpath_id,
+                                    '[fake_driver] layout_fail is set')
+            slot, kind, _ = self._device_kind(device) or ('', '', 0)
+            if kind == 'gpu' and 'mdev_count' in wanted:
+                with self._lock:
+                    self.mdev_counts[slot] = wanted['mdev_count']
+            if kind == 'card' and 'region_image' in wanted:
+                for deployable in device.deployables:
+                    self.program(device.controlpath_id, deployable.name,
+                                 str(layout.get('image_path')),
+                                 dict(layout.get('bitstream') or {}))
+
+    def prepare(self, device: DriverDevice) -> None:
+        with self._recorded('prepare', device.controlpath_id):
+            if self.conf.fake_driver.prepare_fail:
+                raise self._failure('prepare', device.controlpath_id,
+                                    '[fake_driver] prepare_fail is set')
+
+    def clean(self, handle: DriverAttachHandle) -> None:
+        with self._recorded('clean', handle.attach_info,
+                            attach_type=handle.attach_type):
+            if self.conf.fake_driver.clean_fail:
+                raise self._failure('clean', handle.attach_info,
+                                    '[fake_driver] clean_fail is set')
+            self._take_time()
+
+    @staticmethod
+    def _failure(action: str, where: dict[str, str], reason: str
+                 ) -> exception.DeviceActionError:
+        return exception.DeviceActionError(
+            action=action, device=canonical_json(where), reason=reason)
+
+    @contextlib.contextmanager
+    def _recorded(self, action: str, where: dict[str, str],
+                  **details: Any) -> Iterator[None]:
+        """Record the call in ``lifecycle_calls`` and the clean_log, with
+        the error it raised, if any."""
+        call: dict[str, Any] = {'action': action, 'target': dict(where),
+                                **details, 'error': None}
+        try:
+            yield
+        except exception.CyborgException as exc:
+            call['error'] = str(exc)
+            raise
+        finally:
+            with self._lock:
+                self.lifecycle_calls.append(call)
+                path = self.conf.fake_driver.clean_log
+                if path:
+                    with open(path, 'a', encoding='utf-8') as log:
+                        log.write(json.dumps(call, sort_keys=True) + '\n')
 
     def _device_kind(self, device: DriverDevice
                      ) -> tuple[str, str, int] | None:

@@ -12,9 +12,12 @@ from cyborg.accelerator import pci
 from cyborg.accelerator.drivers import privileged
 from cyborg.accelerator.drivers.base import trait_part
 from cyborg.accelerator.drivers.pci_driver import PciDriver
+from cyborg.accelerator.drivers.pci_driver import handle_address
 from cyborg.common import exception
+from cyborg.common.device_report import DriverAttachHandle
 from cyborg.common.device_report import DriverDevice
 from cyborg.common.device_report import canonical_json
+from cyborg.common.device_report import check_layout
 
 LOG = logging.getLogger(__name__)
 
@@ -82,6 +85,7 @@ class FpgaDriver(PciDriver):
     Those that can program set ``program_command`` in their constructor.
     """
 
+    conf_group = 'fpga'
     program_command: ProgramCommand | None = None
 
     def program(self, controlpath_id: dict[str, str], deployable_name: str,
@@ -101,6 +105,65 @@ class FpgaDriver(PciDriver):
         privileged.execute(argv, action='program', device=target.address,
                            root_helper=self.conf.agent.root_helper,
                            timeout=self.conf.fpga.program_timeout)
+
+    # Layouts: the image of the card's regions; cleaning: the golden
+    # image of [fpga] golden_images.
+
+    def layout_options(self, device: DriverDevice) -> dict[str, Any]:
+        if self.program_command is None:
+            return {}
+        return {'region_image': {
+            'deployables': [d.name for d in device.deployables]}}
+
+    def apply_layout(self, device: DriverDevice,
+                     layout: dict[str, Any]) -> None:
+        """Load ``region_image`` into every region of the card.
+
+        The agent resolves the Glance image before it calls this: it adds
+        ``image_path`` (the downloaded file) and ``bitstream`` (the
+        image's metadata, as ``program`` takes it) to the layout.
+        """
+        wanted = {k: v for k, v in layout.items()
+                  if k not in ('image_path', 'bitstream')}
+        check_layout(self.layout_options(device), wanted)
+        if 'region_image' not in wanted:
+            return
+        image_path = layout.get('image_path')
+        if not isinstance(image_path, str):
+            raise exception.DeviceActionError(
+                action='program', device=str(device.controlpath_id),
+                reason='the agent passed no downloaded image_path for '
+                       f'region_image {wanted["region_image"]}')
+        for deployable in device.deployables:
+            self.program(device.controlpath_id, deployable.name, image_path,
+                         dict(layout.get('bitstream') or {}))
+
+    def clean(self, handle: DriverAttachHandle) -> None:
+        """Load the driver's golden image onto the card behind the
+        handle, wiping what the last tenant's bitstream left."""
+        golden = self.conf.fpga.golden_images.get(self.driver_name)
+        address = handle_address(handle.attach_info)
+        if address is None:
+            raise exception.DeviceActionError(
+                action='clean', device=str(handle.attach_info),
+                reason='the attach handle names no PCI function')
+        if not golden or self.program_command is None:
+            raise exception.DeviceActionError(
+                action='clean', device=address,
+                reason=f'[fpga] golden_images has no image for '
+                       f'{self.driver_name}')
+        device = next((d for d in self.discover()
+                       if any(h.attach_info == handle.attach_info
+                              for dep in d.deployables
+                              for h in dep.attach_handles)), None)
+        if device is None:
+            raise exception.DeviceActionError(
+                action='clean', device=address,
+                reason=f'driver {self.driver_name} reports no card with '
+                       'this handle')
+        for deployable in device.deployables:
+            self.program(device.controlpath_id, deployable.name, golden,
+                         {'golden_image': golden})
 
     def _program_target(self, controlpath_id: dict[str, str],
                         deployable_name: str) -> pci.PciFunction:

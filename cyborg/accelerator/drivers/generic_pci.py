@@ -162,6 +162,7 @@ class GenericPciDriver(PciDriver):
     attach handle passes the whole function through."""
 
     driver_name = 'generic_pci'
+    conf_group = 'generic_pci'
     noun = 'matching function'
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:

@@ -28,6 +28,7 @@ class HuaweiAscendDriver(PciDriver):
     """Reports every Ascend 310, 310P, 910 and 910B function."""
 
     driver_name = 'huawei_ascend'
+    conf_group = 'npu_devices'
     vendor_id = '0x19e5'
     device_ids = MODELS
     class_prefixes = (pci.PROCESSING_ACCELERATOR,)

@@ -80,6 +80,8 @@ class IntelNicDriver(PciDriver):
     """Reports Intel X710, XL710, XXV710 and E810 ports and their VFs."""
 
     driver_name = 'intel_nic'
+    conf_group = 'nic_devices'
+    sriov_layout = True
     vendor_id = '0x8086'
     device_ids = PRODUCTS
     physical_only = True

@@ -52,6 +52,8 @@ class IntelQatDriver(PciDriver):
     """Reports Intel QAT endpoints (DH895xCC, C3xxx, C4xxx, C62x, 4xxx)."""
 
     driver_name = 'intel_qat'
+    conf_group = 'qat_devices'
+    sriov_layout = True
     vendor_id = '0x8086'
     device_ids = PRODUCTS
     physical_only = True

@@ -23,14 +23,15 @@ import errno
 import logging
 import os
 import re
+from typing import Any
 
 from oslo_config import cfg
 from oslo_utils import uuidutils
 
 from cyborg.accelerator import pci
 from cyborg.accelerator.drivers import nvml
+from cyborg.accelerator.drivers import pci_lifecycle
 from cyborg.accelerator.drivers import pci_report
-from cyborg.accelerator.drivers import privileged
 from cyborg.accelerator.drivers.base import trait_part
 from cyborg.accelerator.drivers.pci_driver import Functions
 from cyborg.accelerator.drivers.pci_driver import PciDriver
@@ -40,6 +41,7 @@ from cyborg.common.device_health import Health
 from cyborg.common.device_health import Usage
 from cyborg.common.device_report import DriverAttachHandle
 from cyborg.common.device_report import DriverDevice
+from cyborg.common.device_report import check_layout
 
 LOG = logging.getLogger(__name__)
 
@@ -127,6 +129,8 @@ class NvidiaGpuDriver(PciDriver):
     vGPUs' mediated devices."""
 
     driver_name = 'nvidia_gpu'
+    conf_group = 'gpu_devices'
+    sriov_layout = True
     vendor_id = VENDOR_ID
     class_prefixes = GPU_CLASSES
     physical_only = True
@@ -139,6 +143,11 @@ class NvidiaGpuDriver(PciDriver):
         self.vgpu_types = parse_vgpu_config(
             conf.gpu_devices.enabled_vgpu_types,
             conf.gpu_devices.vgpu_type_addresses)
+        # The mdev layouts applied since the agent started, by GPU
+        # address: (type, vGPU count). They take the place of the
+        # configured type; the agent re-applies the stored layouts after a
+        # restart, so they need not outlive the process.
+        self.mdev_layouts: dict[str, tuple[str, int]] = {}
         self.nvml = nvml.Nvml()
 
     # Monitoring: NVML's readings on top of the PCI layer's.
@@ -160,10 +169,12 @@ class NvidiaGpuDriver(PciDriver):
 
     def device(self, gpu: pci.PciFunction, functions: Functions
                ) -> DriverDevice | None:
-        type_id = self.vgpu_types.get(gpu.address)
+        layout = self.mdev_layouts.get(gpu.address)
+        type_id = layout[0] if layout else self.vgpu_types.get(gpu.address)
         if type_id is None:
             return self._pgpu(gpu)
-        return self._vgpu(gpu, type_id, functions)
+        return self._vgpu(gpu, type_id, functions,
+                          layout[1] if layout else None)
 
     def _check_addresses(self, functions: Functions) -> None:
         for address, type_id in sorted(self.vgpu_types.items()):
@@ -189,9 +200,11 @@ class NvidiaGpuDriver(PciDriver):
                    f'{ADDRESSES_OPTION}')
 
     def _vgpu(self, gpu: pci.PciFunction, type_id: str,
-              functions: Functions) -> DriverDevice | None:
+              functions: Functions, count: int | None = None
+              ) -> DriverDevice | None:
         """The GPU as vGPUs of ``type_id``, created on the GPU or on its
-        VFs; None, with a warning, when neither offers the type."""
+        VFs, at most ``count`` of them when a layout says so; None, with a
+        warning, when neither offers the type."""
         vfs = [functions[vf] for vf in gpu.virtfns if vf in functions]
         parents = [(f, t) for f in [gpu] if (t := _offered(f, type_id))]
         if not parents:
@@ -205,7 +218,12 @@ class NvidiaGpuDriver(PciDriver):
                       ', '.join(offered) or 'none')
             return None
         handles = []
-        for n, parent in enumerate(self._vgpu_parents(parents)):
+        hosts = self._vgpu_parents(parents)
+        if count is not None:
+            # The layout restricts what is offered; the mdevs themselves
+            # are still created when an instance is bound to a handle.
+            hosts = hosts[:count]
+        for n, parent in enumerate(hosts):
             info = parent.attach_info()
             info.update(asked_type=type_id, vgpu_mark=f'{type_id}_{n}')
             handles.append(DriverAttachHandle(attach_type='MDEV',
@@ -245,6 +263,102 @@ class NvidiaGpuDriver(PciDriver):
         match = _MAX_INSTANCE_RE.search(description)
         return int(match.group(1)) if match else None
 
+    # Layouts: a VF count (PciDriver), and which vGPU type and how many
+    # vGPUs of it the GPU offers.
+
+    def _mdev_parents(self, gpu: pci.PciFunction
+                      ) -> list[pci.PciFunction]:
+        vfs = [f for a in gpu.virtfns if (f := self.bus.get(a))]
+        return [gpu] + vfs
+
+    def mdev_capacity(self, gpu: pci.PciFunction) -> dict[str, int]:
+        """How many vGPUs of each type the GPU (or its VFs) can host."""
+        capacity: dict[str, int] = {}
+        parents = self._mdev_parents(gpu)
+        type_ids = sorted({t.type_id for f in parents for t in f.mdev_types})
+        for type_id in type_ids:
+            offered = [(f, t) for f in parents if (t := _offered(f, type_id))]
+            capacity[type_id] = len(self._vgpu_parents(offered))
+        return capacity
+
+    def layout_options(self, device: DriverDevice) -> dict[str, Any]:
+        options = super().layout_options(device)
+        gpu = self.bus.get(self.control_function(device, 'read layouts'))
+        capacity = self.mdev_capacity(gpu) if gpu else {}
+        if capacity:
+            options['mdev_type'] = capacity
+            options['mdev_count'] = {'min': 1,
+                                     'max': max(capacity.values())}
+        return options
+
+    def apply_layout(self, device: DriverDevice,
+                     layout: dict[str, Any]) -> None:
+        """Apply ``vf_count`` first (VFs may be what hosts the vGPUs),
+        then restrict the GPU to ``mdev_count`` vGPUs of ``mdev_type``."""
+        mdev = {k: layout[k] for k in ('mdev_type', 'mdev_count')
+                if k in layout}
+        rest = {k: v for k, v in layout.items() if k not in mdev}
+        check_layout(self.layout_options(device), layout)
+        if rest:
+            super().apply_layout(device, rest)
+        if not mdev:
+            return
+        address = self.control_function(device, 'set the vGPU layout')
+        gpu = self.bus.get(address)
+        capacity = self.mdev_capacity(gpu) if gpu else {}
+        current = self.mdev_layouts.get(address)
+        type_id = mdev.get('mdev_type') or (
+            current[0] if current else self.vgpu_types.get(address))
+        if type_id not in capacity:
+            raise exception.Invalid(
+                reason=f'mdev_type {type_id!r} is not one of '
+                       f'{", ".join(sorted(capacity)) or "(none)"} that GPU '
+                       f'{address} offers')
+        count = mdev.get('mdev_count', capacity[type_id])
+        if count > capacity[type_id]:
+            raise exception.Invalid(
+                reason=f'mdev_count {count} is above the {capacity[type_id]}'
+                       f' vGPUs of type {type_id} that GPU {address} can '
+                       'host')
+        other = sorted({t.type_id for f in self._mdev_parents(gpu)
+                        for t in f.mdev_types
+                        if t.devices and t.type_id != type_id}) if gpu else []
+        if other:
+            raise exception.DeviceActionError(
+                action='set the vGPU layout', device=address,
+                reason=f'mdevs of type {", ".join(other)} exist on it')
+        self.mdev_layouts[address] = (type_id, count)
+        LOG.info('GPU %s offers %d vGPUs of type %s.', address, count,
+                 type_id)
+
+    def clean(self, handle: DriverAttachHandle) -> None:
+        """An MDEV handle: remove its mdev (``mdev_uuid`` in the attach
+        info, the handle's uuid) and create it again, which hands the next
+        tenant a vGPU whose memory the host driver cleared; one that
+        does not exist holds nothing to clean. A PCI handle (a whole
+        GPU): function-level reset."""
+        if handle.attach_type != 'MDEV':
+            super().clean(handle)
+            return
+        mdev_uuid = handle.attach_info.get('mdev_uuid', '')
+        parent, _, mdev_uuid = self._mdev_target(
+            'clean mdev', handle.attach_info, mdev_uuid, need_type=True)
+        mdev_dir = self.bus.path(f'/sys/bus/mdev/devices/{mdev_uuid}')
+        if not os.path.isdir(mdev_dir):
+            LOG.debug('mdev %s on %s does not exist: nothing to clean.',
+                      mdev_uuid, parent)
+            return
+        self.remove_mdev(handle.attach_info, mdev_uuid)
+        if not pci_lifecycle.wait_for(lambda: not os.path.isdir(mdev_dir)):
+            raise exception.DeviceActionError(
+                action='clean mdev', device=parent,
+                reason=f'mdev {mdev_uuid} is still there after remove')
+        self.create_mdev(handle.attach_info, mdev_uuid)
+        if not pci_lifecycle.wait_for(lambda: os.path.isdir(mdev_dir)):
+            raise exception.DeviceActionError(
+                action='clean mdev', device=parent,
+                reason=f'mdev {mdev_uuid} was not created again')
+
     # Mediated devices
 
     def _mdev_target(self, action: str, attach_info: dict[str, str],
@@ -274,29 +388,7 @@ class NvidiaGpuDriver(PciDriver):
 
     def _write(self, path: str, text: str, action: str, device: str
                ) -> None:
-        """Write ``text`` to the sysfs file ``path``: directly when the
-        agent runs as root or has no ``[agent] root_helper``, else with
-        ``tee`` through the helper."""
-        root_helper = self.conf.agent.root_helper
-        if root_helper and os.geteuid() != 0:
-            if not os.path.exists(path):
-                raise exception.DeviceActionError(
-                    action=action, device=device,
-                    reason=f'cannot write {text!r} to {path}: no such file')
-            privileged.execute(['tee', path], action=action, device=device,
-                               root_helper=root_helper, process_input=text)
-            return
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
-            try:
-                os.write(fd, text.encode())
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            raise exception.DeviceActionError(
-                action=action, device=device,
-                reason=f'cannot write {text!r} to {path}: '
-                       f'{exc.strerror or exc}') from exc
+        pci_lifecycle.write(self.conf, path, text, action, device)
 
     def create_mdev(self, attach_info: dict[str, str],
                     mdev_uuid: str) -> None:

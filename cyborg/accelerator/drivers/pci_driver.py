@@ -10,6 +10,7 @@ from oslo_config import cfg
 
 from cyborg.accelerator import pci
 from cyborg.accelerator import pci_health
+from cyborg.accelerator.drivers import pci_lifecycle
 from cyborg.accelerator.drivers import pci_report
 from cyborg.accelerator.drivers.base import AcceleratorDriver
 from cyborg.common import device_health
@@ -19,6 +20,7 @@ from cyborg.common.device_health import Usage
 from cyborg.common.device_report import DriverAttachHandle
 from cyborg.common.device_report import DriverDeployable
 from cyborg.common.device_report import DriverDevice
+from cyborg.common.device_report import check_layout
 
 #: Every PCI function of the host, by address.
 Functions = Mapping[str, pci.PciFunction]
@@ -102,6 +104,10 @@ class PciDriver(AcceleratorDriver):
     #: (GPUs train down to 2.5 GT/s): only a narrower link than they can
     #: do then means a degraded one.
     link_speed_varies: ClassVar[bool] = False
+
+    #: Whether the devices are SR-IOV PFs whose VF count is a layout
+    #: (``vf_count``), set by the drivers of devices that lend VFs.
+    sriov_layout: ClassVar[bool] = False
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         super().__init__(conf)
@@ -205,6 +211,69 @@ class PciDriver(AcceleratorDriver):
         self.warn('Skipping %s: its VFs are enabled but none can be read.',
                   what)
         return []
+
+    # Lifecycle: SR-IOV layouts, vfio-pci binding, function-level resets.
+
+    def control_function(self, device: DriverDevice, action: str
+                         ) -> str:
+        """The address of ``device``'s control path function."""
+        address = handle_address(device.controlpath_id)
+        if address is None:
+            raise exception.DeviceActionError(
+                action=action, device=str(device.controlpath_id),
+                reason='the control path names no PCI function')
+        return address
+
+    def layout_options(self, device: DriverDevice) -> dict[str, Any]:
+        if not self.sriov_layout:
+            return {}
+        pf = self.bus.get(self.control_function(device, 'read layouts'))
+        return dict(pci_lifecycle.vf_count_options(pf)) if pf else {}
+
+    def apply_layout(self, device: DriverDevice,
+                     layout: dict[str, Any]) -> None:
+        """Set the PF's VF count (``vf_count``), then bind the new VFs
+        to vfio-pci when ``vfio_bind`` asks for it."""
+        options = self.layout_options(device)
+        if not options:
+            super().apply_layout(device, layout)
+        check_layout(options, layout)
+        if 'vf_count' in layout:
+            address = self.control_function(device, 'set the VF count')
+            pci_lifecycle.set_vf_count(self.conf, self.bus, address,
+                                       layout['vf_count'])
+            if self._vfio_bind:
+                pf = self.bus.get(address)
+                for vf in pf.virtfns if pf else ():
+                    pci_lifecycle.bind_vfio(self.conf, self.bus, vf)
+
+    @property
+    def _vfio_bind(self) -> bool:
+        return (self.conf_group is not None
+                and bool(self.conf[self.conf_group].vfio_bind))
+
+    def prepare(self, device: DriverDevice) -> None:
+        """Bind the functions of the device's PCI attach handles to
+        vfio-pci when ``[<group>] vfio_bind`` is set; nothing otherwise
+        (the host driver the kernel bound serves as it is)."""
+        if not self._vfio_bind:
+            return
+        for deployable in device.deployables:
+            for handle in deployable.attach_handles:
+                address = handle_address(handle.attach_info)
+                if handle.attach_type == 'PCI' and address is not None:
+                    pci_lifecycle.bind_vfio(self.conf, self.bus, address)
+
+    def clean(self, handle: DriverAttachHandle) -> None:
+        """Function-level reset of a PCI handle's function, which wipes
+        its state (queues, keys, device memory the function clears on
+        FLR); other handles are the family's to clean."""
+        address = handle_address(handle.attach_info)
+        if handle.attach_type != 'PCI' or address is None:
+            raise exception.DeviceActionError(
+                action='clean', device=str(handle.attach_info),
+                reason=f'{self.driver_name} cleans PCI attach handles only')
+        pci_lifecycle.reset_function(self.conf, self.bus, address)
 
     # Monitoring: what the kernel says of every PCI function, then what a
     # family reads of its own (``family_health``, ``family_usage``).

@@ -29,6 +29,9 @@ OPERATOR_VERSION = (2, 5)
 HEALTH_VERSION = (2, 6)
 # The first microversion with GET /capacity.
 CAPACITY_VERSION = (2, 7)
+# The first microversion of the device lifecycle: drivers managed per
+# host, device layouts, preparation and cleaning.
+LIFECYCLE_VERSION = (2, 8)
 
 
 class JsonType(wtypes.UserType):

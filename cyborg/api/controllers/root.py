@@ -23,6 +23,9 @@ ROUTES = {
     '/v2': 'GET',
     '/v2/accelerator_requests': 'GET POST PATCH DELETE',
     '/v2/accelerator_requests/{uuid}': 'GET PATCH DELETE',
+    '/v2/attach_handles': 'GET',
+    '/v2/attach_handles/{uuid}/clean': 'POST',
+    '/v2/attach_handles/{uuid}/release': 'POST',
     '/v2/attributes': 'GET POST DELETE',
     '/v2/attributes/{uuid}': 'GET DELETE',
     '/v2/capacity': 'GET',
@@ -39,8 +42,13 @@ ROUTES = {
     '/v2/devices/{uuid}/enable': 'POST',
     '/v2/devices/{uuid}/health': 'PUT DELETE',
     '/v2/devices/{uuid}/impact': 'GET',
+    '/v2/devices/{uuid}/layout': 'GET PUT DELETE',
     '/v2/drivers': 'GET',
     '/v2/hosts/{host}/discover': 'POST',
+    '/v2/hosts/{host}/drivers': 'GET',
+    '/v2/hosts/{host}/drivers/reload': 'POST',
+    '/v2/hosts/{host}/drivers/{name}/disable': 'POST',
+    '/v2/hosts/{host}/drivers/{name}/enable': 'POST',
     '/v2/services': 'GET',
 }
 

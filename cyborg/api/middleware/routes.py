@@ -75,6 +75,17 @@ def _overrides_method(query: str) -> bool:
         query, keep_blank_values=True))
 
 
+def added_in_version(template: str,
+                     added_in: Mapping[str, tuple[int, int]]
+                     ) -> tuple[int, int] | None:
+    """The microversion that added ``template``: that of the longest
+    prefix of it in ``added_in`` (a path below a resource may come
+    later than the resource), None for a path of 2.0."""
+    prefixes = [prefix for prefix in added_in
+                if template == prefix or template.startswith(prefix + '/')]
+    return added_in[max(prefixes, key=len)] if prefixes else None
+
+
 class Routes:
     """404, 405 and OPTIONS for the paths and methods of ``routes``.
 
@@ -87,9 +98,7 @@ class Routes:
         self.app = app
         self._routes: dict[tuple[int, str, str], list[Route]] = {}
         for template, methods in routes.items():
-            version = next((v for prefix, v in added_in.items()
-                            if template == prefix
-                            or template.startswith(prefix + '/')), None)
+            version = added_in_version(template, added_in)
             route = Route(template, methods, version)
             self._routes.setdefault(_key(route.parts), []).append(route)
 

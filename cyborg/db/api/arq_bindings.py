@@ -22,6 +22,7 @@ from cyborg import context as cyborg_context
 from cyborg.common import exception
 from cyborg.db import models
 from cyborg.db.api import attach_handles
+from cyborg.db.api import cleaning
 from cyborg.db.api import deployables
 from cyborg.db.api import query
 from cyborg.db.api import reader
@@ -65,6 +66,9 @@ class BindBatch:
     repeated: set[str] = dataclasses.field(default_factory=set)
     # Why each bind that failed here failed.
     reasons: dict[str, str] = dataclasses.field(default_factory=dict)
+    # Attach handles (ids) given back that start cleaning after use (see
+    # ``cleaning``): the caller cleans them once committed.
+    cleaning: list[int] = dataclasses.field(default_factory=list)
 
     @property
     def resolved(self) -> dict[str, str]:
@@ -121,6 +125,14 @@ def _programming_role(session: sa.orm.Session, deployable_id: int,
     ``deployables``), exclusive when the bind may program."""
     state = deployables.lock(session, deployable_id,
                              exclusive=bool(bitstream))
+    # A layout change takes the device under the deployables' exclusive
+    # locks (layouts.begin_layout): its handles are about to change.
+    layout_state = session.scalar(
+        sa.select(models.Device.layout_state)
+        .join(Dep, Dep.device_id == models.Device.id)
+        .where(Dep.id == deployable_id))
+    if layout_state == 'applying':
+        return False, False, 'the device\'s layout is being changed'
     if deployable_id in programming:
         if bitstream in (None, programming[deployable_id]):
             return True, False, None
@@ -274,7 +286,8 @@ def _held(session: sa.orm.Session, where: Any) -> list[Held]:
     handles = {h.handle_id: h for h in session.execute(
         sa.select(AH.id.label('handle_id'), AH.uuid.label('handle_uuid'),
                   AH.attach_type, AH.attach_info, Dep.driver_name,
-                  models.Device.host)
+                  models.Device.host,
+                  cleaning.driver_cleans().label('clean_after_use'))
         .join(Dep, Dep.id == AH.deployable_id)
         .join(models.Device, models.Device.id == Dep.device_id)
         .where(AH.id.in_(ids)))} if ids else {}
@@ -336,7 +349,8 @@ def apply_patch(context: cyborg_context.RequestContext,
         batch.states[uuid] = 'Unbound'
         going.append(found[uuid])
     batch.released = attach_handles.release(session, going,
-                                            frozenset(removed or ()))
+                                            frozenset(removed or ()),
+                                            cleaned=batch.cleaning)
     _drop_claims(session, {found[u].instance_uuid for u in unbinds})
     for instance in sorted({b['instance_uuid'] for b in binds.values()}):
         if not _claim(session, instance):
@@ -390,7 +404,8 @@ def delete(context: cyborg_context.RequestContext,
             raise exception.ARQNotFound(uuids=', '.join(sorted(missing)))
     batch = BindBatch()
     if rows:
-        batch.released = attach_handles.release(session, rows)
+        batch.released = attach_handles.release(session, rows,
+                                                cleaned=batch.cleaning)
         session.execute(sa.delete(ARQ).where(
             ARQ.id.in_([r.id for r in rows])))
         _drop_claims(session, {r.instance_uuid for r in rows})

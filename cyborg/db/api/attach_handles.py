@@ -14,6 +14,7 @@ from oslo_utils import timeutils
 
 from cyborg import context as cyborg_context
 from cyborg.db import models
+from cyborg.db.api import cleaning
 from cyborg.db.api import query
 from cyborg.db.api import reader
 from cyborg.db.api import retry_on_deadlock
@@ -108,10 +109,16 @@ def device_side(uuid: str | None, handle: Any) -> dict[str, Any]:
 
 
 def release(session: sa.orm.Session, held: list[Any],
-            removed: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+            removed: frozenset[str] = frozenset(),
+            cleaned: list[int] | None = None) -> list[dict[str, Any]]:
     """Give back the attach handles of ARQs going away: ``held`` are rows
-    with the ARQ's ``uuid``, ``state``, ``handle_id`` and ``handle`` (its
-    ``_handle_columns``, None for an ARQ without one).
+    with the ARQ's ``uuid``, ``state``, ``device_profile_group``,
+    ``handle_id`` and ``handle`` (its ``_handle_columns``, None for an
+    ARQ without one).
+
+    With ``cleaned`` (a list the ids are added to), a handle to clean
+    after use (``cleaning.wanted``) is not freed but starts cleaning;
+    one with an mdev is cleaned once the mdev is confirmed removed.
 
     A handle handed out alone is free at once, and so is one whose mdev
     the caller removed already (``removed``, ARQ uuids). Another one with
@@ -121,13 +128,17 @@ def release(session: sa.orm.Session, held: list[Any],
     for an ARQ still BindStarted, that of the worker finishing the bind,
     which may create it after this.
     """
-    free, kept = [], []
+    free, kept, clean = [], [], []
     for arq in held:
         if arq.handle is None:
             continue
+        if cleaned is not None and cleaning.wanted(arq.device_profile_group,
+                                                   arq.handle):
+            clean.append(arq.handle_id)
         if (arq.handle.attach_type in INSTANT_TYPES
                 or (arq.uuid in removed and arq.state != 'BindStarted')):
-            free.append(arq.handle_id)
+            if arq.handle_id not in clean:
+                free.append(arq.handle_id)
         else:
             kept.append(arq)
     if free:
@@ -139,6 +150,10 @@ def release(session: sa.orm.Session, held: list[Any],
         session.execute(sa.update(AH).where(AH.id.in_(
             [a.handle_id for a in kept])).values(
                 released_at=timeutils.utcnow()))
+    if clean:
+        assert cleaned is not None
+        cleaning.begin(session, clean)
+        cleaned.extend(clean)
     return [device_side(a.uuid, a.handle) for a in kept
             if a.state != 'BindStarted']
 
@@ -149,9 +164,13 @@ def free_released(context: cyborg_context.RequestContext,
                   handle_ids: list[int]) -> int:
     """Free released handles whose device-side state is confirmed gone;
     how many. A handle not released (freed already, or bound again since)
-    is left alone."""
+    is left alone; one to clean after use stays taken, ``cleaning``, now
+    ready for its clean (``cleaning.to_clean``)."""
     if not handle_ids:
         return 0
+    context.session.execute(sa.update(AH).where(
+        AH.id.in_(handle_ids), AH.released_at.is_not(None),
+        AH.clean_state.is_not(None)).values(released_at=None))
     return query.changed(context.session, sa.update(AH).where(
         AH.id.in_(handle_ids), AH.released_at.is_not(None))
         .values(in_use=False, released_at=None))

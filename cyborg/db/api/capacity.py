@@ -28,22 +28,27 @@ def _per_deployable(hostname: str | None, resource_class: str | None,
           .where(Attr.key == 'rc').subquery('rc'))
     used = (sa.select(Handle.deployable_id,
                       sa.func.count(Handle.id).label('used'))
-            .where(Handle.in_use.is_(True))
+            # A handle being cleaned, or held after a failed clean, is
+            # still in use but no request's: placement reserves it.
+            .where(Handle.in_use.is_(True), Handle.clean_state.is_(None))
             .group_by(Handle.deployable_id).subquery('used'))
     held = providers.held_back()
     in_use = sa.func.coalesce(used.c.used, 0)
+    reserved = providers.reserved()
     select = (
         sa.select(
             Dep.id, Device.hostname, rc.c.rc.label('resource_class'),
             Dep.num_accelerators.label('total'),
             in_use.label('used'),
-            sa.case((held, Dep.num_accelerators), else_=0).label('reserved'),
+            reserved.label('reserved'),
             sa.case((Device.health == 'unhealthy', Dep.num_accelerators),
                     else_=0).label('unhealthy'),
             # Placement's capacity minus usage, per provider: nothing
             # while held back, never below zero.
-            sa.case((held, 0), (in_use >= Dep.num_accelerators, 0),
-                    else_=Dep.num_accelerators - in_use).label('available'))
+            sa.case((held, 0),
+                    (in_use + reserved >= Dep.num_accelerators, 0),
+                    else_=Dep.num_accelerators - in_use - reserved
+                    ).label('available'))
         .join(Device, Device.id == Dep.device_id)
         .outerjoin(rc, rc.c.deployable_id == Dep.id)
         .outerjoin(used, used.c.deployable_id == Dep.id)
@@ -77,14 +82,16 @@ def get(context: cyborg_context.RequestContext, group_by: str = 'host',
 
     Over the deployables with a resource provider, after the filters:
     ``total`` sums their accelerators (placement's inventory total);
-    ``used`` counts their attach handles in use; ``reserved`` sums the
-    accelerators placement holds back (``providers.held_back``);
+    ``used`` counts their attach handles held by requests; ``reserved``
+    sums the accelerators placement holds back (``providers.reserved``:
+    all of a held-back deployable, else its handles being cleaned or in
+    maintenance);
     ``unhealthy`` sums the accelerators of unhealthy devices; and
     ``available`` sums, per deployable, what placement could still
-    allocate: nothing while held back, else total minus used (not below
-    zero). Under ``trait`` a deployable counts once under each of its
-    traits; under ``resource_class`` one without a class is in the null
-    group.
+    allocate: nothing while held back, else total minus used and
+    reserved (not below zero). Under ``trait`` a deployable counts once
+    under each of its traits; under ``resource_class`` one without a
+    class is in the null group.
     """
     deps = _per_deployable(hostname, resource_class, type)
     key_name = GROUP_KEYS[group_by]

@@ -1,7 +1,7 @@
 """Driver states: how each enabled driver of each agent host last fared.
 
 Written only by the conductor, from the ``drivers`` of an agent's report
-(``{driver_name: {"state": ..., "error": ...}}``, see
+(``{driver_name: {"state": ..., "error": ..., "version": ...}}``, see
 ``cyborg.common.device_report``); read by ``GET /v2/drivers`` through
 ``cyborg.db.api.drivers``. A host's reports arrive one at a time (its
 agent waits for each answer), so the rows of one host have one writer.
@@ -37,27 +37,36 @@ def apply(context: cyborg_context.RequestContext, host: str,
     session = context.session
     rows = {row.driver_name: row for row in session.execute(
         sa.select(DriverState.id, DriverState.driver_name, DriverState.state,
-                  DriverState.error).where(DriverState.host == host))}
+                  DriverState.error, DriverState.version)
+        .where(DriverState.host == host))}
     now = timeutils.utcnow()
     inserts: list[dict[str, Any]] = []
     writes = 0
     for name, entry in sorted(reported.items()):
         state, error = entry['state'], entry.get('error')
+        # Agents before issue 19 send no version: the stored one stays.
+        version = entry.get('version')
         row = rows.pop(name, None)
         if row is None:
             inserts.append({'host': host, 'driver_name': name,
-                            'state': state, 'error': error, 'since': now})
+                            'state': state, 'error': error, 'since': now,
+                            'version': version})
             _log_change(host, name, None, state, error)
             continue
-        if row.state == state and row.error == error:
+        version = version or row.version
+        if (row.state, row.error, row.version) == (state, error, version):
             continue
-        values: dict[str, Any] = {'state': state, 'error': error}
+        values: dict[str, Any] = {'state': state, 'error': error,
+                                  'version': version}
         if row.state != state:
             values['since'] = now
             _log_change(host, name, row.state, state, error)
-        else:
+        elif row.error != error:
             LOG.debug('Host %s: driver %s still fails, now with: %s', host,
                       name, error)
+        else:
+            LOG.info('Host %s: driver %s is now version %s (was %s).', host,
+                     name, version, row.version)
         # Conditional on what was read, as every state change.
         writes += query.changed(
             session, sa.update(DriverState)

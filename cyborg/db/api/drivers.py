@@ -9,6 +9,8 @@ from cyborg import context as cyborg_context
 from cyborg.db import models
 from cyborg.db.api import reader
 
+ARQ = models.AcceleratorRequest
+AttachHandle = models.AttachHandle
 Deployable = models.Deployable
 Device = models.Device
 DriverState = models.DriverState
@@ -53,7 +55,7 @@ def get_all(context: cyborg_context.RequestContext, host: str | None = None,
                   counts.c.devices, counts.c.deployables,
                   counts.c.accelerators, DriverState.state,
                   DriverState.error, DriverState.since,
-                  Service.last_seen_at)
+                  DriverState.version, Service.last_seen_at)
         .select_from(keys)
         .outerjoin(counts, (counts.c.host == keys.c.host)
                    & counts.c.driver_name.is_not_distinct_from(
@@ -72,9 +74,35 @@ def get_all(context: cyborg_context.RequestContext, host: str | None = None,
              'deployables': row.deployables or 0,
              'accelerators': int(row.accelerators or 0),
              'state': row.state, 'error': row.error, 'since': row.since,
+             'version': row.version,
              'agent_alive': (None if row.last_seen_at is None
                              else row.last_seen_at >= down_after)}
             for row in context.session.execute(select)]
+
+
+@reader
+def holding_arqs(context: cyborg_context.RequestContext, host: str,
+                 driver_name: str) -> list[str]:
+    """The uuids of the accelerator requests that hold, or are binding,
+    a deployable of driver ``driver_name`` on ``host``, in order; and for
+    handles in use that no request names (released, their mdev not yet
+    removed), ``attach handle <uuid>``. One query."""
+    of_driver = (Deployable.driver_name == driver_name) & (
+        Device.host == host)
+    arq_rows = (
+        sa.select(ARQ.uuid.label('holder'))
+        .join(Deployable, ARQ.deployable_id == Deployable.id)
+        .join(Device, Device.id == Deployable.device_id)
+        .where(of_driver))
+    handle_rows = (
+        sa.select(('attach handle ' + AttachHandle.uuid).label('holder'))
+        .join(Deployable, AttachHandle.deployable_id == Deployable.id)
+        .join(Device, Device.id == Deployable.device_id)
+        .where(of_driver, AttachHandle.in_use.is_(True),
+               ~sa.exists().where(ARQ.attach_handle_id == AttachHandle.id)))
+    union = sa.union(arq_rows, handle_rows).subquery()
+    return list(context.session.scalars(
+        sa.select(union.c.holder).order_by(union.c.holder)))
 
 
 def _filters(host_column: Any, name_column: Any, host: str | None,

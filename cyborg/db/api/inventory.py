@@ -290,7 +290,9 @@ def _add_devices(w: _Writer, host: str, hostname: str, status: str,
     their deployables to add."""
     # Whole seconds: what is notified is what MySQL keeps.
     now = timeutils.utcnow().replace(microsecond=0)
-    rows = [dict(host=host, status=status, created_at=now,
+    # A device the agent failed to prepare comes in ``error``.
+    rows = [dict(host=host, status=dev.get('status', status),
+                 status_reason=dev.get('status_reason'), created_at=now,
                  **_device_values(dev, hostname)) for dev in reports]
     device_ids = w.insert(models.Device, rows, returning=True)
     w.result.added.extend(dict(row, id=device_id, updated_at=None)

@@ -78,11 +78,29 @@ def held_back() -> sa.ColumnElement[bool]:
 
     Maintenance, a device gone while held, and an unhealthy device (a
     NoSchedule taint: held requests keep it) all reserve it. The capacity
-    view (``capacity.get``) counts ``reserved`` by the same rule.
+    view (``capacity.get``) counts ``reserved`` by the same rule. So does
+    a device whose layout is being changed (or failed to): its handles
+    may not exist yet, or any more, until the agent has reported it.
     """
     return sa.or_(Device.status != 'enabled',
                   Device.health == 'unhealthy',
-                  Dep.missing_since.is_not(None))
+                  Dep.missing_since.is_not(None),
+                  sa.func.coalesce(Device.layout_state, 'none').in_(
+                      ('pending', 'applying', 'failed')))
+
+
+def reserved() -> sa.ColumnElement[int]:
+    """How many of a deployable's accelerators placement reserves: all of
+    them while held back, else one per attach handle being cleaned after
+    use or held in maintenance after a failed clean (``cleaning``), never
+    more than it has. The capacity view counts the same way."""
+    unclean = (sa.select(sa.func.count(models.AttachHandle.id))
+               .where(models.AttachHandle.deployable_id == Dep.id,
+                      models.AttachHandle.clean_state.is_not(None))
+               .scalar_subquery())
+    return sa.case((held_back(), Dep.num_accelerators),
+                   (unclean > Dep.num_accelerators, Dep.num_accelerators),
+                   else_=unclean)
 
 
 @reader
@@ -93,7 +111,7 @@ def host_providers(context: cyborg_context.RequestContext, hostname: str
     rows = session.execute(
         sa.select(Dep.id, Dep.rp_uuid, Dep.name, Dep.num_accelerators,
                   Dep.missing_since, Dep.rp_synced, Dep.rp_generation,
-                  held_back().label('held'))
+                  reserved().label('reserved'))
         .join(Device).where(Device.hostname == hostname,
                             Dep.rp_uuid.is_not(None))
         .order_by(Dep.id)).all()
@@ -115,7 +133,7 @@ def host_providers(context: cyborg_context.RequestContext, hostname: str
         deployable_id=row.id, uuid=row.rp_uuid,
         name=provider_name(hostname, row.name), hostname=hostname,
         resource_class=classes.get(row.id), total=row.num_accelerators,
-        reserved=row.num_accelerators if row.held else 0,
+        reserved=int(row.reserved),
         traits=frozenset(traits[row.id]), synced=row.rp_synced,
         generation=row.rp_generation) for row in rows]
 

@@ -223,3 +223,43 @@ def test_old_conductors_get_the_report_without_states(conf, conductor_of,
     [report] = old.reports
     assert 'drivers' not in report
     assert '[upgrade_levels] conductor = 1.4' in caplog.text
+
+
+# What conductors of RPC 1.5 to 1.8 accept: states without versions, and
+# not the state 'disabled'.
+STATES_SCHEMA = copy.deepcopy(device_report.REPORT_SCHEMA)
+_STATE = STATES_SCHEMA['properties']['drivers']['additionalProperties']
+del _STATE['properties']['version']
+_STATE['properties']['state'] = {'enum': ['ok', 'no devices', 'failed']}
+
+
+def _versioned_tracker(conf):
+    tracker = _tracker(conf)
+    tracker.set_drivers(tracker.drivers, {'gpu_off'},
+                        {'fake': '1.2.3', 'gpu_off': '4.5'})
+    return tracker
+
+
+def test_versions_and_disabled_drivers_go_to_1_9(conf, conductor_of):
+    new = conductor_of('1.9', device_report.REPORT_SCHEMA)
+    _versioned_tracker(conf).update()
+    [report] = new.reports
+    assert report['drivers'] == {
+        'fake': {'state': 'ok', 'version': '1.2.3'},
+        'flaky': {'state': 'failed', 'error': 'OSError: gone'},
+        'gpu_off': {'state': 'disabled', 'version': '4.5'}}
+
+
+@pytest.mark.parametrize('cap', [None, '1.8'])
+def test_older_conductors_get_states_without_versions(conf, conductor_of,
+                                                      cap):
+    """Refused at 1.9 (no cap) or capped: the states go as 1.5 has them,
+    without versions and without the disabled drivers."""
+    old = conductor_of('1.8', STATES_SCHEMA)
+    if cap:
+        conf.set_override('conductor', cap, 'upgrade_levels')
+    _versioned_tracker(conf).update()
+    [report] = old.reports
+    assert report['drivers'] == {
+        'fake': {'state': 'ok'},
+        'flaky': {'state': 'failed', 'error': 'OSError: gone'}}

@@ -10,6 +10,7 @@ from wsme import types as wtypes
 from cyborg.api.controllers import base
 from cyborg.api.expose import expose
 from cyborg.api.schemas import devices as schema
+from cyborg.common import device_layout
 from cyborg.common import exception
 from cyborg.db.api import devices
 
@@ -37,9 +38,28 @@ class Device(base.Resource):
     health_source = base.Field(wtypes.text, since=base.HEALTH_VERSION)
     health_changed_at = base.Field(wtypes.text, since=base.HEALTH_VERSION,
                                    convert=base.timestamp)
+    # Why a device is in ``error`` (its preparation failed); the desired
+    # layout, how far its agent got applying it, and why it failed.
+    status_reason = base.Field(wtypes.text, since=base.LIFECYCLE_VERSION)
+    layout = base.Field(base.jsontype, since=base.LIFECYCLE_VERSION)
+    layout_state = base.Field(wtypes.text, since=base.LIFECYCLE_VERSION)
+    layout_reason = base.Field(wtypes.text, since=base.LIFECYCLE_VERSION)
+    layout_changed_at = base.Field(wtypes.text, since=base.LIFECYCLE_VERSION,
+                                   convert=base.timestamp)
     links = base.links_field('v2', 'devices')
     created_at = base.timestamp_field()
     updated_at = base.timestamp_field()
+
+
+class Layout(base.Resource):
+    """A device's desired layout, its state, and what its agent offers
+    (``AcceleratorDriver.layout_options``)."""
+
+    device_uuid = wtypes.text
+    layout = base.jsontype
+    layout_state = wtypes.text
+    layout_reason = wtypes.text
+    options = base.jsontype
 
 
 class DeviceCollection(wtypes.Base):
@@ -89,7 +109,7 @@ class DevicesController(rest.RestController):
     # (2.6) reach ``put`` and ``delete``: pecan looks a custom action of
     # those methods up after the collection, not after the uuid.
     _custom_actions = {'disable': ['POST'], 'enable': ['POST'],
-                       'impact': ['GET']}
+                       'impact': ['GET'], 'layout': ['GET']}
 
     @expose(DeviceCollection, wtypes.text, wtypes.text, wtypes.text,
             wtypes.text, wtypes.text, wtypes.text)
@@ -125,9 +145,18 @@ class DevicesController(rest.RestController):
 
     @expose(None, wtypes.text, status_code=HTTPStatus.OK)
     def enable(self, uuid: str) -> None:
+        """Prepare the device through its agent, then schedule it.
+
+        A failed preparation leaves the device in ``error`` with its
+        reason: a 409 saying why from 2.8, the 200 of before below.
+        """
         ctx = base.authorize('cyborg:device:enable')
-        pecan.request.conductor_api.device_set_status(
-            ctx, base.path_uuid(uuid, 'Device'), 'enabled')
+        try:
+            pecan.request.conductor_api.device_enable(
+                ctx, base.path_uuid(uuid, 'Device'))
+        except exception.PrepareFailed:
+            if base.version_at_least(*base.LIFECYCLE_VERSION):
+                raise
         _empty_200()
 
     @expose(Impact, wtypes.text)
@@ -138,12 +167,29 @@ class DevicesController(rest.RestController):
         return Impact.from_dict(
             devices.impact(ctx, base.path_uuid(uuid, 'Device')))
 
+    @expose(Layout, wtypes.text)
+    def layout(self, uuid: str) -> Layout:
+        """``GET /devices/{uuid}/layout`` (2.8): asks the agent."""
+        ctx = base.authorize('cyborg:device:get_layout')
+        return Layout.from_dict(
+            pecan.request.conductor_api.device_layout_options(
+                ctx, base.path_uuid(uuid, 'Device')))
+
     @expose(Device, wtypes.text, wtypes.text, body=base.jsontype,
             status_code=HTTPStatus.OK)
     def put(self, uuid: str, action: str | None = None,
             body: Any = None) -> Device:
         """``PUT /devices/{uuid}/health``: the operator's health, which
-        stands over the agent's readings until cleared."""
+        stands over the agent's readings until cleared. ``PUT
+        /devices/{uuid}/layout`` (2.8): the desired layout, applied by
+        the agent before the answer."""
+        if action == 'layout':
+            ctx = base.authorize('cyborg:device:set_layout')
+            uuid = base.path_uuid(uuid, 'Device')
+            layout = device_layout.check_shape(body)
+            return Device.from_dict(
+                pecan.request.conductor_api.device_set_layout(
+                    ctx, uuid, layout))
         ctx = base.authorize('cyborg:device:set_health')
         uuid = _health_path(uuid, action)
         state, reason = schema.validate_health(body)
@@ -153,7 +199,14 @@ class DevicesController(rest.RestController):
     @expose(Device, wtypes.text, wtypes.text, status_code=HTTPStatus.OK)
     def delete(self, uuid: str, action: str | None = None) -> Device:
         """``DELETE /devices/{uuid}/health``: clear the operator's health;
-        the agent's last reading counts again."""
+        the agent's last reading counts again. ``DELETE
+        /devices/{uuid}/layout`` (2.8): forget the desired layout; the
+        device stays as it is."""
+        if action == 'layout':
+            ctx = base.authorize('cyborg:device:set_layout')
+            return Device.from_dict(
+                pecan.request.conductor_api.device_set_layout(
+                    ctx, base.path_uuid(uuid, 'Device'), None))
         ctx = base.authorize('cyborg:device:set_health')
         uuid = _health_path(uuid, action)
         return Device.from_dict(pecan.request.conductor_api.device_set_health(
@@ -165,5 +218,6 @@ def _health_path(uuid: str, action: str | None) -> str:
     DELETE serve here (middleware.routes lets no other through)."""
     if action != 'health':
         raise exception.NotFound('The only PUT and DELETE of a device are '
-                                 'PUT and DELETE /devices/{uuid}/health.')
+                                 'PUT and DELETE /devices/{uuid}/health '
+                                 'and /devices/{uuid}/layout.')
     return base.path_uuid(uuid, 'Device')

@@ -1,5 +1,5 @@
 """/v2/drivers (microversion 2.5): what each agent's drivers found, and
-how they last fared."""
+how they last fared; their package versions from 2.8."""
 from pecan import rest
 from wsme import types as wtypes
 
@@ -26,12 +26,16 @@ class Driver(base.Resource):
     devices = int
     deployables = int
     accelerators = int
-    # 'ok', 'no devices' or 'failed', as the last report said; the error
-    # of a failed driver; since when it is in this state (for 'failed':
-    # the first failure in a row).
+    # 'ok', 'no devices' or 'failed', as the last report said, or (2.8)
+    # 'disabled' by an operator on the host; the error of a failed
+    # driver; since when it is in this state (for 'failed': the first
+    # failure in a row).
     state = wtypes.text
     error = wtypes.text
     since = base.timestamp_field()
+    # The version of the package the agent loaded the driver from (2.8;
+    # null until an agent of 2.8 reported it).
+    version = base.Field(wtypes.text, since=base.LIFECYCLE_VERSION)
     # 'up' or 'down' (no heartbeat for [DEFAULT] service_down_time: the
     # state is the last one the agent reported); null when no agent of
     # the host ever registered.

@@ -1,4 +1,5 @@
-"""/v2/hosts/{host}/discover (microversion 2.5): make an agent report now."""
+"""/v2/hosts/{host}/discover (microversion 2.5): make an agent report now;
+/v2/hosts/{host}/drivers (2.8): see ``host_drivers``."""
 from http import HTTPStatus
 
 import pecan
@@ -6,6 +7,7 @@ from pecan import rest
 from wsme import types as wtypes
 
 from cyborg.api.controllers import base
+from cyborg.api.controllers.v2 import host_drivers
 from cyborg.api.expose import expose
 
 
@@ -32,6 +34,17 @@ class HostsController(rest.RestController):
 
     # POST /hosts/{host}/discover
     _custom_actions = {'discover': ['POST']}
+
+    @pecan.expose()
+    def _lookup(self, host: str, *remainder: str
+                ) -> tuple[host_drivers.HostDriversController,
+                           tuple[str, ...]] | None:
+        """``/hosts/{host}/drivers...``; None for the other paths below
+        a host, which the custom actions serve (pecan asks here first when
+        a path has more segments than the action's arguments)."""
+        if not remainder or remainder[0] != 'drivers':
+            return None
+        return host_drivers.HostDriversController(host), remainder[1:]
 
     @expose(Discovery, wtypes.text, status_code=HTTPStatus.OK)
     def discover(self, host: str) -> Discovery:

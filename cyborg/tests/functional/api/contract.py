@@ -17,6 +17,7 @@ from schemathesis.core.failures import Failure
 from schemathesis.specs.openapi import checks as openapi_checks
 
 from cyborg.api.controllers import root
+from cyborg.api.middleware import routes
 
 DOCUMENT = (pathlib.Path(__file__).parents[4] / 'doc' / 'source'
             / 'reference' / 'openapi.yaml')
@@ -142,9 +143,7 @@ def unsupported_method(ctx: Any, response: Any, case: Any) -> None:
     microversion (root.ADDED_IN) below it: none of their methods exists
     there, a 404 is right."""
     path = case.operation.path
-    added_in = next((version for prefix, version in root.ADDED_IN.items()
-                     if path == prefix or path.startswith(prefix + '/')),
-                    None)
+    added_in = routes.added_in_version(path, root.ADDED_IN)
     if (response.status_code == 404 and added_in is not None
             and served_version(response) < added_in):
         return

@@ -9,10 +9,13 @@ import webtest
 
 from cyborg import context as cyborg_context
 from cyborg.accelerator.drivers import fake
+from cyborg.agent import manager as agent_manager
+from cyborg.agent import resource_tracker
 from cyborg.api import app
 from cyborg.common import rpc
 from cyborg.common import rpc_service
 from cyborg.conductor import manager
+from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.db.api import inventory
 
 ADMIN = {'X-Auth-Token': 'admin'}
@@ -34,6 +37,8 @@ def version(v: str, headers: dict[str, str] | None = None
     return dict(headers or ADMIN, **{'OpenStack-API-Version':
                                      f'accelerator {v}'})
 
+_AGENTS: dict[int, dict[str, rpc_service.RPCService]] = {}
+
 
 @dataclasses.dataclass
 class API:
@@ -43,11 +48,37 @@ class API:
     conf: Any
     conductor: rpc_service.RPCService
 
+    @property
+    def agents(self) -> dict[str, rpc_service.RPCService]:
+        """host -> its agent's RPC server (fake driver), started by
+        ``seed``: enabling a device and its layouts ask the agent. Kept
+        by configuration, so that copies of this API (clients' LiveAPI)
+        share them."""
+        return _AGENTS.setdefault(id(self.conf), {})
+
     def stop_conductor(self) -> None:
         self.conductor.stop()
 
+    def start_agent(self, host: str) -> agent_manager.AgentManager:
+        """The agent of ``host`` over the fake driver, serving RPC."""
+        if host not in self.agents:
+            conductor_api = conductor_rpcapi.ConductorAPI(self.conf)
+            tracker = resource_tracker.ResourceTracker(
+                self.conf, [fake.FakeDriver(self.conf)], conductor_api)
+            manager = agent_manager.AgentManager(self.conf, tracker,
+                                                 conductor_api)
+            agent = rpc_service.RPCService(rpc.AGENT_TOPIC, host, [manager])
+            agent.start()
+            self.agents[host] = agent
+        return self.agents[host].endpoints[0]
+
+    def stop_agents(self) -> None:
+        for agent in _AGENTS.pop(id(self.conf), {}).values():
+            agent.stop()
+
     def seed(self, host: str = 'cmp1', count: int = 1,
-             hostname: str | None = None) -> list[dict[str, Any]]:
+             hostname: str | None = None, agent: bool = True
+             ) -> list[dict[str, Any]]:
         """Devices of the fake driver on ``host``, as the conductor stores
         them; returns them as inventory.get_host_devices does."""
         self.conf.set_override('host', host)
@@ -57,6 +88,8 @@ class API:
                               for d in fake.FakeDriver(self.conf).discover()]}
         ctx = cyborg_context.get_admin_context()
         inventory.apply_report(ctx, host, report)
+        if agent:
+            self.start_agent(host)
         return inventory.get_host_devices(ctx, host)
 
     def dp(self, name: str = 'dp1',
@@ -75,9 +108,11 @@ def _api(conf, engine) -> Iterator[API]:
     conductor = rpc_service.RPCService(rpc.CONDUCTOR_TOPIC, 'test-conductor',
                                        [manager.ConductorManager(conf)])
     conductor.start()
+    running = API(webtest.TestApp(app.setup_app(conf)), conf, conductor)
     try:
-        yield API(webtest.TestApp(app.setup_app(conf)), conf, conductor)
+        yield running
     finally:
+        running.stop_agents()
         conductor.stop()
         rpc.cleanup()
         rpc.set_defaults()

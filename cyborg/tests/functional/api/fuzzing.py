@@ -82,6 +82,15 @@ class Resources:
             raise RuntimeError('no device to aim requests at')
         self.ids['devices'] = devices[0]['uuid']
         self.ids['deployables'] = deployables[0]['uuid']
+        # Free: its clean and release are 409s, as no clean failed here.
+        response = self.session.get(
+            self.root + '/v2/attach_handles', timeout=60,
+            headers={'OpenStack-API-Version': 'accelerator 2.8'})
+        if response.status_code != 200:
+            raise RuntimeError(f'GET /v2/attach_handles: '
+                               f'{response.status_code} {response.text}')
+        self.ids['attach_handles'] = response.json()[
+            'attach_handles'][0]['uuid']
         for resource in ('device_profiles', 'accelerator_requests',
                          'attributes'):
             self.make(resource)

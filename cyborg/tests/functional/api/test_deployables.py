@@ -233,7 +233,8 @@ def test_program_without_its_agent_is_503(api):
     # The fake transport cannot tell that no agent listens; the conductor
     # gives up after the bind timeout.
     api.conf.set_override('bind_timeout', 1, 'conductor')
-    dep = _seed(api)[0]['deployables'][0]
+    dep = api.seed('cmp1', hostname='node1',
+                   agent=False)[0]['deployables'][0]
     response = api.app.patch_json(f'/v2/deployables/{dep["uuid"]}/program',
                                   PROGRAM, headers=ADMIN, status=503)
     assert 'cmp1' in _fault(response)

@@ -21,6 +21,7 @@ from cyborg.accelerator.drivers import fake
 from cyborg.agent import service as agent_service
 from cyborg.api import versions
 from cyborg.api.controllers import v2
+from cyborg.api.controllers.v2 import host_drivers
 from cyborg.tests import utils
 from cyborg.tests.fakes import fixtures as test_fixtures
 from cyborg.tests.functional.api import contract
@@ -66,6 +67,9 @@ def test_valid_openapi_31(document):
 # handler is the controller method pecan's RestController routes it to.
 def _handler(method: str, path: str) -> tuple[str, str]:
     resource, *below = path.split('/')[2:]
+    if below[:2] == ['{host}', 'drivers']:
+        # A controller below an item: /v2/hosts/{host}/drivers/...
+        resource, below = 'hosts/drivers', below[2:]
     if method == 'GET':
         if len(below) == 2:
             # GET /v2/<resource>/{id}/<action> is a custom action.
@@ -77,6 +81,11 @@ def _handler(method: str, path: str) -> tuple[str, str]:
     return resource, method.lower()
 
 
+# Controllers below an item of a resource, which pecan reaches through
+# the resource's ``_lookup``.
+NESTED = {'hosts/drivers': host_drivers.HostDriversController}
+
+
 def _served() -> dict[str, dict[str, bool]]:
     """resource → {handler: whether it also serves the bare collection}.
 
@@ -85,8 +94,10 @@ def _served() -> dict[str, dict[str, bool]]:
     /{uuid}/<action>.
     """
     served: dict[str, dict[str, bool]] = {}
-    for name, controller in vars(v2.V2Controller).items():
-        if not isinstance(controller, rest.RestController):
+    controllers = {**vars(v2.V2Controller), **NESTED}
+    for name, controller in controllers.items():
+        if not (isinstance(controller, rest.RestController)
+                or name in NESTED):
             continue
         handlers: dict[str, bool] = {}
         for handler in ('get_all', 'get_one', 'post', 'put', 'patch',
@@ -178,10 +189,12 @@ def test_documented_routes_are_routed(document, live_api):  # noqa: F811
                                     json=bodies.get(method))
         assert response.status_code != 405, (method, path)
         if response.status_code == 404:
-            # Only discover may 404 on an existing name: no agent there.
-            assert path == '/v2/hosts/{host}/discover', (
+            # Only what asks the host's agent may 404 on an existing
+            # name: no agent there.
+            assert path.startswith('/v2/hosts/{host}/'), (
                 method, path, response.text)
-            assert 'cmp1' in response.json()['error_message']
+            assert 'No cyborg-agent has registered on host cmp1' in (
+                response.json()['error_message'])
 
 
 @pytest.mark.parametrize('version', ['2.0', LATEST_VERSION])

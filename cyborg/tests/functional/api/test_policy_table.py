@@ -75,6 +75,10 @@ ROWS = [
      None, _admin_only(200), '2.6'),
     ('device:impact', 'GET', '/v2/devices/{device}/impact', None,
      _admin_only(200), '2.6'),
+    ('device:get_layout', 'GET', '/v2/devices/{device}/layout', None,
+     _admin_only(200), '2.8'),
+    ('device:set_layout (clear)', 'DELETE', '/v2/devices/{device}/layout',
+     None, _admin_only(200), '2.8'),
     ('deployable:get_all', 'GET', '/v2/deployables', None, MANAGER_READ),
     ('deployable:get_one', 'GET', '/v2/deployables/{deployable}', None,
      MANAGER_READ),
@@ -86,7 +90,24 @@ ROWS = [
     # No agent of cmp1 registered: past the policy, 404.
     ('host:discover', 'POST', '/v2/hosts/cmp1/discover', None,
      _admin_only(404), '2.5'),
+    ('host:driver_list', 'GET', '/v2/hosts/cmp1/drivers', None,
+     _admin_only(404), '2.8'),
+    ('host:driver_enable', 'POST',
+     '/v2/hosts/cmp1/drivers/fake_driver/enable', None, _admin_only(404),
+     '2.8'),
+    ('host:driver_disable', 'POST',
+     '/v2/hosts/cmp1/drivers/fake_driver/disable', None, _admin_only(404),
+     '2.8'),
+    ('host:driver_reload', 'POST', '/v2/hosts/cmp1/drivers/reload', None,
+     _admin_only(404), '2.8'),
     ('capacity:get', 'GET', '/v2/capacity', None, MANAGER_READ, '2.7'),
+    ('attach_handle:get_all', 'GET', '/v2/attach_handles', None,
+     _admin_only(200), '2.8'),
+    # The handle is free: past the policy, 409 (not in maintenance).
+    ('attach_handle:clean', 'POST', '/v2/attach_handles/{handle}/clean',
+     None, _admin_only(409), '2.8'),
+    ('attach_handle:release', 'POST',
+     '/v2/attach_handles/{handle}/release', None, _admin_only(409), '2.8'),
     ('deployable:get_all (v1)', 'GET', '/v1/accelerators', None,
      MANAGER_READ),
     ('deployable:get_one (v1)', 'GET', '/v1/accelerators/{deployable}',
@@ -116,8 +137,12 @@ def test_policy(api, row, caller):
     elif body == 'attribute':
         body = {'deployable_uuid': deployable['uuid'], 'key': 'k',
                 'value': 'v'}
+    handle = api.app.get('/v2/attach_handles', headers=dict(
+        ADMIN, **{'OpenStack-API-Version': 'accelerator 2.8'})
+    ).json['attach_handles'][0]
     url = path.format(dp=dp['uuid'], arq=arq['uuid'],
-                      device=device['uuid'], deployable=deployable['uuid'])
+                      device=device['uuid'], deployable=deployable['uuid'],
+                      handle=handle['uuid'])
     extra = {}
     if body is not None:
         extra = {'body': json.dumps(body).encode(),

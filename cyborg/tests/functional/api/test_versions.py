@@ -5,6 +5,7 @@ import pytest
 import webtest
 
 from cyborg.api import app
+from cyborg.api import versions
 
 
 @pytest.fixture
@@ -17,6 +18,10 @@ def api(conf):
     return webtest.TestApp(app.setup_app(conf))
 
 
+# The newest microversion, which these tests follow.
+LATEST = versions.as_string(versions.MAX_VERSION)
+
+
 def _fault(response):
     assert response.content_type == 'application/json'
     return json.loads(response.json['error_message'])
@@ -27,7 +32,7 @@ def test_root_lists_v2_and_deprecated_v1_without_a_token(api):
     v2, v1 = body['versions']
     assert v2 == body['default_version']
     assert (v2['id'], v2['status']) == ('v2', 'CURRENT')
-    assert (v2['min_version'], v2['max_version']) == ('2.0', '2.7')
+    assert (v2['min_version'], v2['max_version']) == ('2.0', LATEST)
     assert v2['links'] == [{'rel': 'self', 'href': 'http://localhost/v2/'}]
     assert v1 == {'id': 'v1', 'status': 'DEPRECATED',
                   'links': [{'rel': 'self',
@@ -50,13 +55,13 @@ def test_v2_document_and_headers(api, path):
     assert response.json['links'][0]['href'] == 'http://localhost/v2/'
     assert response.headers['OpenStack-API-Version'] == 'accelerator 2.0'
     assert response.headers['OpenStack-API-Minimum-Version'] == '2.0'
-    assert response.headers['OpenStack-API-Maximum-Version'] == '2.7'
+    assert response.headers['OpenStack-API-Maximum-Version'] == LATEST
     assert 'OpenStack-API-Version' in response.headers['Vary']
 
 
 @pytest.mark.parametrize('header, expected', [
     ('accelerator 2.2', 'accelerator 2.2'),
-    ('accelerator latest', 'accelerator 2.7'),
+    ('accelerator latest', f'accelerator {LATEST}'),
     ('2.1', 'accelerator 2.1'),
     ('compute 2.90', 'accelerator 2.0'),
     ('compute 2.90, accelerator 2.3', 'accelerator 2.3'),
@@ -67,7 +72,8 @@ def test_microversion_negotiation(api, header, expected):
 
 
 @pytest.mark.parametrize('header, message', [
-    ('accelerator 2.9', 'The supported version range is: [2.0, 2.7]'),
+    ('accelerator 2.99',
+     f'The supported version range is: [2.0, {LATEST}]'),
     ('accelerator 1.0', 'Version 1.0 was requested'),
     ('accelerator 10', 'Invalid value for OpenStack-API-Version'),
     # int() refuses more than 4,300 digits: a 500 once.

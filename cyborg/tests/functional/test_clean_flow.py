@@ -1,0 +1,138 @@
+"""Cleaning after use, end to end, every service a process.
+
+Placement, cyborg-api, a conductor and two agents (the fake driver with
+``clean_after_use``; the second one's cleans fail) run as processes on
+real RabbitMQ and on each database. An instance on each host is bound one
+FPGA through HTTP, as Nova binds it, and deleted. On the first host the
+handle is cleaned by the agent and offered again; on the second the
+failed clean holds it in maintenance, reserved in placement, until the
+operator releases it with ``openstack accelerator attach handle release``.
+"""
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+import requests
+
+from cyborg.accelerator.drivers import fake
+from cyborg.tests import placement_server
+from cyborg.tests.functional import gate_stack
+
+NODES = {'agent1': 'clean-node-1', 'agent2': 'clean-node-2'}
+HEADERS = {'X-Auth-Token': 'admin',
+           'OpenStack-API-Version': 'accelerator 2.8'}
+
+
+def _openstack(stack, *args):
+    openstack = os.path.join(os.path.dirname(sys.executable), 'openstack')
+    env = {k: v for k, v in os.environ.items() if not k.startswith('OS_')}
+    done = subprocess.run(
+        [openstack, '--os-auth-type', 'admin_token', '--os-endpoint',
+         stack.api_url, '--os-token', 'admin', 'accelerator', *args],
+        env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _reserved(placement, root):
+    return sum(inventory['reserved'] for rp in placement.tree(root)
+               for inventory in placement.inventories(rp).values())
+
+
+def _handles(stack, hostname):
+    answer = requests.get(f'{stack.api_url}/attach_handles',
+                          headers=HEADERS, timeout=10).json()
+    return [h for h in answer['attach_handles']
+            if h['hostname'] == hostname]
+
+
+@pytest.mark.parametrize('backend', ['sqlite', 'mysql', 'postgresql'],
+                         indirect=True)
+def test_handle_cleaned_after_delete_or_held(tmp_path, rabbit_url,
+                                             db_engine, empty_db_url,
+                                             fake_nova):
+    stack = gate_stack.Stack(tmp_path, rabbit_url, empty_db_url,
+                             fake_nova.endpoint, fake_nova.token)
+    clean_log = tmp_path / 'cleans.log'
+    stack.add_placement()
+    stack.add_api()
+    stack.add_conductor('conductor1')
+    for host, node in NODES.items():
+        stack.add_agent(host, node, 1, 2, extra={'fake_driver': {
+            'clean_after_use': 'true', 'clean_log': str(clean_log),
+            'clean_fail': str(host == 'agent2').lower()}})
+    placement = placement_server.Placement(stack.placement_url)
+    api = stack.api_url
+    try:
+        stack.start('placement', 'conductor1', 'api')
+        gate_stack.wait_for(stack.placement_up, 'placement to answer', 60)
+        roots = {node: placement.create_compute_node(node)['uuid']
+                 for node in NODES.values()}
+        stack.ready('conductor1')
+        stack.start(*NODES)
+        stack.ready(*NODES)
+        gate_stack.wait_for(stack.api_up, 'the API to answer', 60)
+        gate_stack.wait_for(
+            lambda: all(placement.tree(r) for r in roots.values()),
+            'both hosts in placement', 60, interval=0.5)
+        answer = requests.post(f'{api}/device_profiles', headers=HEADERS,
+                               timeout=30, json=[{
+                                   'name': 'clean-fpga',
+                                   'groups': [{
+                                       'resources:FPGA': '1',
+                                       'accel:clean_after_use': 'true'}]}])
+        assert answer.status_code == 201, answer.text
+
+        for node, root in roots.items():
+            (rp,) = placement.tree(root)
+            arq = requests.post(
+                f'{api}/accelerator_requests', headers=HEADERS, timeout=30,
+                json={'device_profile_name': 'clean-fpga'}).json()['arqs'][0]
+            instance = str(uuid.uuid4())
+            answer = requests.patch(
+                f'{api}/accelerator_requests', headers=HEADERS, timeout=30,
+                json={arq['uuid']: [
+                    {'path': '/hostname', 'op': 'add', 'value': node},
+                    {'path': '/device_rp_uuid', 'op': 'add', 'value': rp},
+                    {'path': '/instance_uuid', 'op': 'add',
+                     'value': instance}]})
+            assert answer.status_code == 202, answer.text
+            assert [h['in_use'] for h in _handles(stack, node)].count(
+                True) == 1
+            answer = requests.delete(
+                f'{api}/accelerator_requests?instance={instance}',
+                headers=HEADERS, timeout=30)
+            assert answer.status_code == 204, answer.text
+
+        good, bad = NODES.values()
+        # Cleaned by the first agent: free again, nothing reserved.
+        gate_stack.wait_for(
+            lambda: not any(h['in_use'] for h in _handles(stack, good)),
+            'the cleaned handle to be free', 30, interval=0.5)
+        assert _reserved(placement, roots[good]) == 0
+        cleaned = fake.read_program_log(str(clean_log))
+        assert any(c.get('error') is None for c in cleaned)
+        # The failed clean: in maintenance, with why, and reserved.
+        held = gate_stack.wait_for(
+            lambda: [h for h in _handles(stack, bad)
+                     if h['clean_state'] == 'maintenance'],
+            'the failed clean held in maintenance', 30, interval=0.5)[0]
+        assert held['clean_reason']
+        gate_stack.wait_for(
+            lambda: _reserved(placement, roots[bad]) == 1,
+            'placement to reserve the held handle', 10, interval=0.2)
+
+        _openstack(stack, 'attach', 'handle', 'release', held['uuid'])
+        assert not any(h['in_use'] for h in _handles(stack, bad))
+        gate_stack.wait_for(
+            lambda: _reserved(placement, roots[bad]) == 0,
+            'placement to offer the released handle', 10, interval=0.2)
+    except BaseException:
+        print(stack.tails())
+        raise
+    finally:
+        codes = stack.stop_all()
+    assert codes.pop('placement') in (0, -15), stack.tails()
+    assert codes == dict.fromkeys(codes, 0), (codes, stack.tails())

@@ -1,0 +1,115 @@
+"""An E810 from 0 to 8 VFs and back, through the CLI, every service a
+process.
+
+Placement, cyborg-api, a conductor and an agent with the ``intel_nic``
+driver run as processes on real RabbitMQ and on each database; the
+agent's sysfs is a fixture tree whose writes an emulated kernel, another
+process, follows as the kernel does (``cyborg.tests.sysfs_kernel``). The
+operator sets the NIC's VF count with ``openstack accelerator device
+layout set``: when the command returns, placement offers the eight VFs and
+no longer the PF, and back at 0 the PF alone again.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import requests
+
+from cyborg.tests import placement_server
+from cyborg.tests import sysfs_kernel
+from cyborg.tests.functional import gate_stack
+from cyborg.tests.sysfs import SysfsTree
+
+NODE = 'vf-node'
+E810 = '0000:3b:00.0'
+HEADERS = {'X-Auth-Token': 'admin',
+           'OpenStack-API-Version': 'accelerator 2.8'}
+
+
+def _openstack(stack, *args):
+    """``openstack accelerator ...`` with an admin token, no Keystone."""
+    openstack = os.path.join(os.path.dirname(sys.executable), 'openstack')
+    env = {k: v for k, v in os.environ.items() if not k.startswith('OS_')}
+    done = subprocess.run(
+        [openstack, '--os-auth-type', 'admin_token', '--os-endpoint',
+         stack.api_url, '--os-token', 'admin', 'accelerator', *args],
+        env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _offered(placement, root):
+    """(total, reserved) of every provider below the compute node."""
+    return sorted(
+        (inventory['total'], inventory['reserved'])
+        for rp in placement.tree(root)
+        for inventory in placement.inventories(rp).values())
+
+
+@pytest.mark.parametrize('backend', ['sqlite', 'mysql', 'postgresql'],
+                         indirect=True)
+def test_e810_vfs_through_the_cli(tmp_path, rabbit_url, db_engine,
+                                  empty_db_url, fake_nova):
+    tree = SysfsTree(tmp_path / 'host')
+    tree.add_function(E810, 0x8086, 0x1593, 0x020000, driver='ice',
+                      sriov_totalvfs=8)
+    (tree.device_dir(E810) / 'sriov_vf_device').write_text('1889\n')
+    stack = gate_stack.Stack(tmp_path, rabbit_url, empty_db_url,
+                             fake_nova.endpoint, fake_nova.token)
+    stack.add_placement()
+    stack.add_api()
+    stack.add_conductor('conductor1',
+                        extra={'conductor': {'bind_timeout': 30}})
+    stack.add_agent('agent1', NODE, 0, 1, extra={
+        'agent': {'enabled_drivers': 'intel_nic',
+                  'sysfs_root': tree.root}})
+    placement = placement_server.Placement(stack.placement_url)
+    kernel = sysfs_kernel.spawn(tree.root, vf_drivers={'ice': 'iavf'})
+    try:
+        stack.start('placement', 'conductor1', 'api')
+        gate_stack.wait_for(stack.placement_up, 'placement to answer', 60)
+        root = placement.create_compute_node(NODE)['uuid']
+        stack.ready('conductor1')
+        stack.start('agent1')
+        stack.ready('agent1')
+        gate_stack.wait_for(stack.api_up, 'the API to answer', 60)
+
+        def nic():
+            found = requests.get(f'{stack.api_url}/devices?hostname={NODE}',
+                                 headers=HEADERS, timeout=10).json()
+            return found['devices'][0] if found['devices'] else None
+
+        uuid = gate_stack.wait_for(nic, 'the NIC in the API', 60,
+                                   interval=0.5)['uuid']
+        gate_stack.wait_for(lambda: _offered(placement, root) == [(1, 0)],
+                            'placement offering the PF', 30, interval=0.5)
+
+        shown = json.loads(_openstack(stack, 'device', 'layout', 'show',
+                                      uuid, '-f', 'json'))
+        # The table's cells are JSON text.
+        assert json.loads(shown['options']) == {
+            'vf_count': {'min': 0, 'max': 8}}
+
+        _openstack(stack, 'device', 'layout', 'set', uuid, '--vf-count', '8')
+        # When the command returns: eight VFs offered, the PF gone.
+        assert _offered(placement, root) == [(1, 0)] * 8
+        assert len(list((tree.device_dir(E810)).glob('virtfn*'))) == 8
+        shown = requests.get(f'{stack.api_url}/devices/{uuid}',
+                             headers=HEADERS, timeout=10).json()
+        assert (shown['layout'], shown['layout_state']) == (
+            {'vf_count': 8}, 'applied')
+
+        _openstack(stack, 'device', 'layout', 'set', uuid, '--vf-count', '0')
+        assert _offered(placement, root) == [(1, 0)]
+        assert list(tree.device_dir(E810).glob('virtfn*')) == []
+    except BaseException:
+        print(stack.tails())
+        raise
+    finally:
+        codes = stack.stop_all()
+        kernel.terminate()
+        kernel.wait(10)
+    assert codes.pop('placement') in (0, -15), stack.tails()
+    assert codes == dict.fromkeys(codes, 0), (codes, stack.tails())
