@@ -380,6 +380,20 @@ class Stack:
                 env=dict(os.environ, PYTHONWARNINGS='ignore'))
         return test_nova_client.NovaSide(process, str(stderr_path))
 
+    def openstack(self, *args: str) -> str:
+        """``openstack accelerator <args>`` with an admin token and no
+        Keystone; its standard output, once it succeeded."""
+        openstack = os.path.join(os.path.dirname(sys.executable),
+                                 'openstack')
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith('OS_')}
+        done = subprocess.run(
+            [openstack, '--os-auth-type', 'admin_token', '--os-endpoint',
+             self.api_url, '--os-token', 'admin', 'accelerator', *args],
+            env=env, capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
     def openstack_lists(self, *nouns: str) -> dict[str, list[Any]]:
         """``openstack accelerator <noun> list -f json`` for each noun,
         side by side, with an admin token and no Keystone."""

@@ -8,9 +8,6 @@ handle is cleaned by the agent and offered again; on the second the
 failed clean holds it in maintenance, reserved in placement, until the
 operator releases it with ``openstack accelerator attach handle release``.
 """
-import os
-import subprocess
-import sys
 import uuid
 
 import pytest
@@ -23,17 +20,6 @@ from cyborg.tests.functional import gate_stack
 NODES = {'agent1': 'clean-node-1', 'agent2': 'clean-node-2'}
 HEADERS = {'X-Auth-Token': 'admin',
            'OpenStack-API-Version': 'accelerator 2.8'}
-
-
-def _openstack(stack, *args):
-    openstack = os.path.join(os.path.dirname(sys.executable), 'openstack')
-    env = {k: v for k, v in os.environ.items() if not k.startswith('OS_')}
-    done = subprocess.run(
-        [openstack, '--os-auth-type', 'admin_token', '--os-endpoint',
-         stack.api_url, '--os-token', 'admin', 'accelerator', *args],
-        env=env, capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def _reserved(placement, root):
@@ -124,7 +110,7 @@ def test_handle_cleaned_after_delete_or_held(tmp_path, rabbit_url,
             lambda: _reserved(placement, roots[bad]) == 1,
             'placement to reserve the held handle', 10, interval=0.2)
 
-        _openstack(stack, 'attach', 'handle', 'release', held['uuid'])
+        stack.openstack('attach', 'handle', 'release', held['uuid'])
         assert not any(h['in_use'] for h in _handles(stack, bad))
         gate_stack.wait_for(
             lambda: _reserved(placement, roots[bad]) == 0,

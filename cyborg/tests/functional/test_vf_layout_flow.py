@@ -10,9 +10,6 @@ layout set``: when the command returns, placement offers the eight VFs and
 no longer the PF, and back at 0 the PF alone again.
 """
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import requests
@@ -26,18 +23,6 @@ NODE = 'vf-node'
 E810 = '0000:3b:00.0'
 HEADERS = {'X-Auth-Token': 'admin',
            'OpenStack-API-Version': 'accelerator 2.8'}
-
-
-def _openstack(stack, *args):
-    """``openstack accelerator ...`` with an admin token, no Keystone."""
-    openstack = os.path.join(os.path.dirname(sys.executable), 'openstack')
-    env = {k: v for k, v in os.environ.items() if not k.startswith('OS_')}
-    done = subprocess.run(
-        [openstack, '--os-auth-type', 'admin_token', '--os-endpoint',
-         stack.api_url, '--os-token', 'admin', 'accelerator', *args],
-        env=env, capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def _offered(placement, root):
@@ -86,13 +71,13 @@ def test_e810_vfs_through_the_cli(tmp_path, rabbit_url, db_engine,
         gate_stack.wait_for(lambda: _offered(placement, root) == [(1, 0)],
                             'placement offering the PF', 30, interval=0.5)
 
-        shown = json.loads(_openstack(stack, 'device', 'layout', 'show',
-                                      uuid, '-f', 'json'))
+        shown = json.loads(stack.openstack('device', 'layout', 'show', uuid,
+                                           '-f', 'json'))
         # The table's cells are JSON text.
         assert json.loads(shown['options']) == {
             'vf_count': {'min': 0, 'max': 8}}
 
-        _openstack(stack, 'device', 'layout', 'set', uuid, '--vf-count', '8')
+        stack.openstack('device', 'layout', 'set', uuid, '--vf-count', '8')
         # When the command returns: eight VFs offered, the PF gone.
         assert _offered(placement, root) == [(1, 0)] * 8
         assert len(list((tree.device_dir(E810)).glob('virtfn*'))) == 8
@@ -101,7 +86,7 @@ def test_e810_vfs_through_the_cli(tmp_path, rabbit_url, db_engine,
         assert (shown['layout'], shown['layout_state']) == (
             {'vf_count': 8}, 'applied')
 
-        _openstack(stack, 'device', 'layout', 'set', uuid, '--vf-count', '0')
+        stack.openstack('device', 'layout', 'set', uuid, '--vf-count', '0')
         assert _offered(placement, root) == [(1, 0)]
         assert list(tree.device_dir(E810).glob('virtfn*')) == []
     except BaseException:
