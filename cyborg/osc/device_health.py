@@ -24,7 +24,8 @@ IMPACT_HEADINGS = ('ARQ UUID', 'State', 'Instance UUID', 'Project ID',
                    'Device Profile', 'Deployable UUID')
 
 
-def _device_argument(parser: argparse.ArgumentParser) -> None:
+def device_argument(parser: argparse.ArgumentParser) -> None:
+    """The positional device argument of the device commands."""
     parser.add_argument('device', metavar='<device-uuid>',
                         help='The device (its UUID)')
 
@@ -61,7 +62,7 @@ class SetDeviceHealth(command.ShowOne):
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
-        _device_argument(parser)
+        device_argument(parser)
         parser.add_argument('--state', choices=STATES, required=True,
                             help='The health state')
         parser.add_argument('--reason', metavar='<text>',
@@ -80,7 +81,7 @@ class ClearDeviceHealth(command.ShowOne):
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
-        _device_argument(parser)
+        device_argument(parser)
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace
@@ -96,7 +97,7 @@ class ShowDeviceImpact(command.Lister):
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
-        _device_argument(parser)
+        device_argument(parser)
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace

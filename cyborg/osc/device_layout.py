@@ -7,6 +7,7 @@ from typing import Any
 from osc_lib import exceptions
 from osc_lib.command import command
 
+from cyborg.osc import device_health
 from cyborg.osc import plugin
 
 # What set and clear show of the device.
@@ -14,11 +15,6 @@ SHOWN = ('uuid', 'hostname', 'status', 'layout', 'layout_state',
          'layout_reason', 'layout_changed_at')
 LAYOUT_SHOWN = ('device_uuid', 'layout', 'layout_state', 'layout_reason',
                 'options')
-
-
-def _device_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument('device', metavar='<device-uuid>',
-                        help='The device (its UUID)')
 
 
 def _json(value: Any) -> Any:
@@ -38,7 +34,7 @@ class ShowDeviceLayout(command.ShowOne):
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
-        _device_argument(parser)
+        device_health.device_argument(parser)
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace
@@ -55,7 +51,7 @@ class SetDeviceLayout(command.ShowOne):
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
-        _device_argument(parser)
+        device_health.device_argument(parser)
         kind = parser.add_mutually_exclusive_group(required=True)
         kind.add_argument('--vf-count', type=int, metavar='<count>',
                           help='SR-IOV virtual functions (sriov_numvfs)')
@@ -91,7 +87,7 @@ class ClearDeviceLayout(command.ShowOne):
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
-        _device_argument(parser)
+        device_health.device_argument(parser)
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace
