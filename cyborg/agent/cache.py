@@ -109,7 +109,7 @@ SCHEMA: dict[str, Any] = {
             'propertyNames': _UUID,
             'additionalProperties': _entry(driver_name=_STRING,
                                            attach_info=_STRING_MAP)},
-        # Optional: caches written before issue 19 lack them.
+        # Optional: caches written by agents before API 2.8 lack them.
         'layouts': {
             'type': 'object',
             'additionalProperties': _entry(
@@ -312,7 +312,7 @@ class AgentCache:
             if self._data['mdevs'].pop(mdev_uuid, None) is not None:
                 self._save()
 
-    # Drivers (issue 19).
+    # Drivers.
 
     @property
     def driver_choices(self) -> dict[str, bool]:
@@ -329,7 +329,7 @@ class AgentCache:
             choices[name] = enabled
             self._save()
 
-    # Layouts and preparation (issue 19).
+    # Layouts and preparation.
 
     @property
     def layouts(self) -> list[dict[str, Any]]:

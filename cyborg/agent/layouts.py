@@ -1,4 +1,4 @@
-"""Device layouts and preparation on the agent's side (issue 19).
+"""Device layouts and preparation on the agent's side.
 
 The conductor decides (refusing a device in use, holding it back in
 placement); the agent finds the device its driver discovers at the

@@ -1,4 +1,4 @@
-"""The conductor's side of device layouts and preparation (issue 19).
+"""The conductor's side of device layouts and preparation.
 
 A layout change: ask the agent what the device offers (a down agent is a
 503 before anything is written; a value it does not offer a 400 listing

@@ -1,4 +1,4 @@
-"""The device-lifecycle options every driver group has (issue 19).
+"""The device-lifecycle options every driver group has.
 
 Not a group of its own: each driver's group (``[nic_devices]``,
 ``[gpu_devices]``, ``[fpga]``, ...) registers these, so that an operator

@@ -114,7 +114,7 @@ class AcceleratorDriver(abc.ABC):
         raise exception.NotSupported(
             what=f'Mediated devices of driver {self.driver_name}')
 
-    # Device lifecycle (issue 19). The agent calls these; none runs while
+    # Device lifecycle. The agent calls these; none runs while
     # a handle of the device is bound (the conductor refuses layouts then,
     # and cleans only the handle that was just released).
 

@@ -44,7 +44,8 @@ def apply(context: cyborg_context.RequestContext, host: str,
     writes = 0
     for name, entry in sorted(reported.items()):
         state, error = entry['state'], entry.get('error')
-        # Agents before issue 19 send no version: the stored one stays.
+        # Agents before conductor RPC 1.9 send no version: the stored
+        # one stays.
         version = entry.get('version')
         row = rows.pop(name, None)
         if row is None:

@@ -1,5 +1,5 @@
 """A device's desired layout and its preparation: the conductor's state
-for the agent actions of issue 19.
+for the agent actions that apply and prepare it.
 
 Both follow ``deployables.begin_program``: a conditional write takes the
 device (``layout_state = applying``, or ``status = preparing``), which

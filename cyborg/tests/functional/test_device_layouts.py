@@ -1,4 +1,4 @@
-"""Device layouts and preparation in the conductor (issue 19).
+"""Device layouts and preparation in the conductor.
 
 On every database with a real placement. The agent is the real
 ``AgentManager`` over the fake driver, reached without a message bus:
