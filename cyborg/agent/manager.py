@@ -256,8 +256,16 @@ class AgentManager:
     @messaging.expected_exceptions(*_ACTION_ERRORS)
     def prepare_device(self, context: Context,
                        controlpath_id: dict[str, str],
-                       driver_name: str | None) -> None:
-        """Run the driver's ``prepare`` as an operator enables the device."""
+                       driver_name: str | None,
+                       layout: dict[str, Any] | None = None
+                       ) -> dict[str, Any]:
+        """Run the driver's ``prepare`` as an operator enables the device,
+        then keep and apply ``layout``, the one the operator set while the
+        device was not enabled (None: none waits; the kept one, if any,
+        stays as applied).
+
+        Returns ``{'reported': bool}`` as ``apply_layout``.
+        """
         _check_string_map('controlpath_id', controlpath_id)
         device = canonical_json(controlpath_id)
         driver, found = self._layout_driver(driver_name, controlpath_id,
@@ -265,7 +273,14 @@ class AgentManager:
         with self._device_lock(device):
             layouts.prepare(driver, found)
             self.cache.record_prepared(controlpath_id)
+            if layout is not None:
+                LOG.info('Applying layout %s on %s', layout, device)
+                layouts.apply(driver, self.cache, controlpath_id, layout,
+                              self._resolve_layout)
         LOG.info('Prepared %s.', device)
+        if layout is None:
+            return {'reported': True}
+        return {'reported': self._report()}
 
     def _layout_driver(self, driver_name: str | None,
                        controlpath_id: dict[str, str], action: str

@@ -134,10 +134,15 @@ class AgentAPI:
     def prepare_device(self, context: Context, host: str,
                        controlpath_id: dict[str, str],
                        driver_name: str | None,
-                       timeout: float) -> None:
-        """Run the driver's ``prepare`` on the device being enabled."""
-        self._call(context, host, '1.2', 'prepare_device', timeout=timeout,
-                   controlpath_id=controlpath_id, driver_name=driver_name)
+                       layout: dict[str, Any] | None,
+                       timeout: float) -> dict[str, Any]:
+        """Run the driver's ``prepare`` on the device being enabled, then
+        keep and apply its desired ``layout`` (None: none waits); the
+        agent reports before it answers when it applied one. Raises as
+        ``apply_layout``."""
+        return self._call(context, host, '1.2', 'prepare_device',
+                          timeout=timeout, controlpath_id=controlpath_id,
+                          driver_name=driver_name, layout=layout)
 
     # Drivers managed at runtime (1.2).
 

@@ -1,11 +1,16 @@
 """The conductor's side of device layouts and preparation.
 
-A layout change: ask the agent what the device offers (a down agent is a
-503 before anything is written; a value it does not offer a 400 listing
-what it does), take the device (``applying``: a 409 naming the requests
-that use it), publish the reservation to placement, have the agent keep,
-apply and report it, then end it (``applied`` or ``failed``) and publish
-again: the reservation is lifted with the new inventory in one write.
+A layout change on an enabled device: ask the agent what the device
+offers (a down agent is a 503 before anything is written; a value it
+does not offer a 400 listing what it does), take the device
+(``applying``: a 409 naming the requests that use it), publish the
+reservation to placement, have the agent keep, apply and report it, then
+end it (``applied`` or ``failed``) and publish again: the reservation is
+lifted with the new inventory in one write.
+
+On a device not enabled the layout is only checked and kept ``pending``:
+``enable`` has the agent prepare the device and apply it, and a failed
+one (``failed``) is tried again when the device is enabled again.
 
 An agent that stops answering mid-change leaves the device ``applying``,
 held back; it applies its kept layout again when it starts, and
@@ -92,6 +97,11 @@ class DeviceLayouts:
         before = layouts.begin_layout(context, uuid, layout)
         if layout is None:
             return self._clear(context, uuid, before)
+        if before['status'] != 'enabled':
+            # Kept ``pending``: the device's preparation applies it.
+            LOG.info('Device %s: layout %s waits for the device to be '
+                     'enabled.', uuid, layout)
+            return devices.get(context, uuid)
         if self.sync_placement(before['hostname']) < 0:
             # Placement would go on offering handles about to change.
             layouts.restore_layout(context, before)
@@ -169,28 +179,40 @@ class DeviceLayouts:
                 LOG.error('Device %s: layout change failed: %s', uuid, exc)
 
     def enable(self, context: Context, uuid: str) -> bool:
-        """Prepare the device through its agent, then enable it.
+        """Prepare the device through its agent, apply the layout set
+        while it was not enabled (or that failed), then enable it.
 
         False when it was enabled already. A down agent: AgentUnavailable
-        and the status stays. A failed preparation: PrepareFailed, the
-        device in ``error`` with the reason.
+        and the status and layout stay. A failed preparation or layout:
+        PrepareFailed, the device in ``error`` and the layout ``failed``,
+        each with the reason; enabling it again tries both again.
         """
         before = layouts.begin_prepare(context, uuid)
         if before is None:
             return False
+        layout = (before['layout'] if before['layout_state'] in (
+            layouts.PENDING, layouts.FAILED) else None)
         try:
             self.agent_api.prepare_device(
                 context, before['host'], before['cpid_info'],
-                before['driver_name'], timeout=self.timeout)
+                before['driver_name'], layout, timeout=self.timeout)
         except exception.AgentUnavailable:
             layouts.finish_prepare(context, before['id'], before['status'],
                                    before['status_reason'])
+            if layout is not None:
+                layouts.restore_layout(context, before)
             raise
-        except _FAILED as exc:
+        except (exception.Invalid, *_FAILED) as exc:
+            if layout is not None:
+                layouts.finish_layout(context, before['id'], layouts.FAILED,
+                                      str(exc))
             layouts.finish_prepare(context, before['id'], 'error', str(exc))
             self.sync_placement(before['hostname'])
             raise exception.PrepareFailed(uuid=uuid, reason=exc) from None
+        if layout is not None:
+            layouts.finish_layout(context, before['id'], 'applied', None)
         layouts.finish_prepare(context, before['id'], 'enabled', None)
         self.sync_placement(before['hostname'])
-        LOG.info('Device %s prepared and enabled.', uuid)
+        LOG.info('Device %s prepared and enabled%s.', uuid,
+                 f' with layout {layout}' if layout is not None else '')
         return True

@@ -140,18 +140,30 @@ class FpgaDriver(PciDriver):
 
     def clean(self, handle: DriverAttachHandle) -> None:
         """Load the driver's golden image onto the card behind the
-        handle, wiping what the last tenant's bitstream left."""
+        handle, wiping what the last tenant's bitstream left.
+
+        A card this service cannot program (no programming tool, as
+        Inspur's) gets the function-level reset of every PCI handle
+        instead: the most it can do, and what the next tenant also gets
+        through pass-through."""
+        if self.program_command is None:
+            LOG.info('%s cannot load a golden image: cleaning %s with a '
+                     'function-level reset.', self.driver_name,
+                     handle.attach_info)
+            super().clean(handle)
+            return
         golden = self.conf.fpga.golden_images.get(self.driver_name)
         address = handle_address(handle.attach_info)
         if address is None:
             raise exception.DeviceActionError(
                 action='clean', device=str(handle.attach_info),
                 reason='the attach handle names no PCI function')
-        if not golden or self.program_command is None:
+        if not golden:
             raise exception.DeviceActionError(
                 action='clean', device=address,
                 reason=f'[fpga] golden_images has no image for '
-                       f'{self.driver_name}')
+                       f'{self.driver_name}; add '
+                       f'"{self.driver_name}:<path of the golden image>"')
         device = next((d for d in self.discover()
                        if any(h.attach_info == handle.attach_info
                               for dep in d.deployables

@@ -24,6 +24,7 @@ from cyborg.db import models
 from cyborg.db.api import attach_handles
 from cyborg.db.api import cleaning
 from cyborg.db.api import deployables
+from cyborg.db.api import layouts
 from cyborg.db.api import query
 from cyborg.db.api import reader
 from cyborg.db.api import retry_on_deadlock
@@ -131,8 +132,11 @@ def _programming_role(session: sa.orm.Session, deployable_id: int,
         sa.select(models.Device.layout_state)
         .join(Dep, Dep.device_id == models.Device.id)
         .where(Dep.id == deployable_id))
-    if layout_state == 'applying':
+    if layout_state == layouts.APPLYING:
         return False, False, 'the device\'s layout is being changed'
+    if layout_state == layouts.PENDING:
+        return False, False, ('the device waits to be enabled with a new '
+                              'layout')
     if deployable_id in programming:
         if bitstream in (None, programming[deployable_id]):
             return True, False, None

@@ -26,8 +26,11 @@ Dep = models.Deployable
 Cpid = models.ControlpathID
 
 APPLYING = 'applying'
+# Set while the device is not enabled: applied as it is enabled.
+PENDING = 'pending'
+FAILED = 'failed'
 # The layout states in which placement offers nothing of the device.
-HELD_BACK = ('pending', APPLYING)
+HELD_BACK = (PENDING, APPLYING)
 
 
 def _resync(session: Any, device_id: int) -> None:
@@ -88,9 +91,10 @@ def begin_layout(context: cyborg_context.RequestContext, uuid: str,
     """Take the device for a layout change (``layout`` None: clearing).
 
     DeviceBusy naming the accelerator requests while any handle of the
-    device is in use, or while another change is under way. Setting marks
-    it ``applying``; returns the target as it was before, to put back
-    when the agent cannot be reached.
+    device is in use, or while another change or its preparation is under
+    way. Setting marks it ``applying`` when the device is enabled, else
+    ``pending``: its preparation applies it. Returns the target as it was
+    before, to put back when the agent cannot be reached.
     """
     session = context.session
     before = _target(session, uuid)
@@ -107,10 +111,14 @@ def begin_layout(context: cyborg_context.RequestContext, uuid: str,
             uuid=uuid, action=action,
             reason=f'layout {json.dumps(before["layout"])} is being '
                    f'applied since {before["layout_changed_at"]}')
+    if before['status'] == 'preparing':
+        raise exception.DeviceBusy(uuid=uuid, action=action,
+                                   reason='it is being prepared')
     now = timeutils.utcnow().replace(microsecond=0)
+    state = APPLYING if before['status'] == 'enabled' else PENDING
     values: dict[str, Any] = (
         {'layout': json.dumps(layout, sort_keys=True),
-         'layout_state': APPLYING, 'layout_reason': None,
+         'layout_state': state, 'layout_reason': None,
          'layout_changed_at': now} if layout is not None else
         {'layout': None, 'layout_state': None, 'layout_reason': None,
          'layout_changed_at': now})
@@ -175,8 +183,9 @@ def stale_layouts(context: cyborg_context.RequestContext,
 def begin_prepare(context: cyborg_context.RequestContext, uuid: str
                   ) -> dict[str, Any] | None:
     """Take the device for its preparation as an operator enables it:
-    ``preparing`` (held back). None when it is already enabled; DeviceBusy
-    while another preparation runs."""
+    ``preparing`` (held back), and a layout set while it was not enabled
+    (``pending``) or that failed ``applying`` with it. None when it is
+    already enabled; DeviceBusy while another preparation runs."""
     session = context.session
     before = _target(session, uuid)
     if before['status'] == 'enabled':
@@ -184,8 +193,14 @@ def begin_prepare(context: cyborg_context.RequestContext, uuid: str
     if before['status'] == 'preparing':
         raise exception.DeviceBusy(uuid=uuid, action='be enabled',
                                    reason='it is being prepared')
+    values: dict[str, Any] = {'status': 'preparing', 'status_reason': None}
+    if before['layout'] is not None and before['layout_state'] in (
+            PENDING, FAILED):
+        values.update(layout_state=APPLYING, layout_reason=None,
+                      layout_changed_at=timeutils.utcnow().replace(
+                          microsecond=0))
     session.execute(sa.update(Device).where(Device.id == before['id'])
-                    .values(status='preparing', status_reason=None))
+                    .values(**values))
     _resync(session, before['id'])
     return before
 

@@ -12,6 +12,7 @@ until the new inventory is there.
 import contextlib
 import datetime
 import json
+import uuid
 
 import oslo_messaging as messaging
 import pytest
@@ -28,6 +29,7 @@ from cyborg.conductor import binding
 from cyborg.conductor import manager as conductor_manager
 from cyborg.db import api as db_api
 from cyborg.db import models
+from cyborg.db.api import arq_bindings
 from cyborg.db.api import arqs
 from cyborg.db.api import device_profiles
 from cyborg.db.api import devices
@@ -87,10 +89,11 @@ class EdgeAgent:
         return answer
 
     def prepare_device(self, context, host, controlpath_id, driver_name,
-                       timeout):
+                       layout, timeout):
         self._check('prepare_device', host)
+        self.prepared_with = layout
         return self._unwrap(lambda: self.manager.prepare_device(
-            context, controlpath_id, driver_name))
+            context, controlpath_id, driver_name, layout))
 
 
 @pytest.fixture
@@ -189,7 +192,7 @@ def test_values_the_device_does_not_offer_are_400_listing_them(stack):
         conductor.device_set_layout(
             ctx, gpu['uuid'], {'mdev_type': 'nvidia-999',
                                'mdev_count': 2})
-    with raises(exception.Invalid, 'from 1 to 4'):
+    with raises(exception.Invalid, 'from 0 to 4'):
         conductor.device_set_layout(
             ctx, gpu['uuid'], {'mdev_type': fake.VGPU_TYPE,
                                'mdev_count': 9})
@@ -398,3 +401,82 @@ def test_discovery_prepares_new_devices_once(stack, conf, tmp_path,
         for dep in device['deployables']:
             for inv in placement.inventories(dep['rp_uuid']).values():
                 assert inv['reserved'] == inv['total']
+
+
+def test_a_bind_is_refused_while_the_layout_is_applied(stack, placement):
+    ctx, conductor, agent, _, found = stack
+    gpu = found['GPU']
+    device_profiles.create(ctx, {'name': 'pgpu', 'groups': [
+        {'resources:PGPU': '1'}]})
+    arq = arqs.create(ctx, 'pgpu', None)[0]['uuid']
+    rp = gpu['deployables'][0]['rp_uuid']
+    outcomes = []
+
+    def bind_meanwhile():
+        outcomes.append(arq_bindings.apply_patch(ctx, {arq: {
+            'hostname': devices.get(ctx, gpu['uuid'])['hostname'],
+            'device_rp_uuid': rp,
+            'instance_uuid': str(uuid.uuid4())}}, []))
+
+    agent.during_apply = bind_meanwhile
+    conductor.device_set_layout(
+        ctx, gpu['uuid'], {'mdev_type': fake.VGPU_TYPE, 'mdev_count': 2})
+    assert outcomes[0].states[arq] == 'BindFailed'
+    assert 'layout is being changed' in outcomes[0].reasons[arq]
+    assert devices.get(ctx, gpu['uuid'])['layout_state'] == 'applied'
+
+
+def test_a_layout_set_while_not_enabled_is_applied_as_it_is_enabled(
+        stack, placement, conf, tmp_path):
+    ctx, conductor, agent, driver, found = stack
+    gpu = found['GPU']
+    rp = _gpu_rp(ctx, gpu['uuid'])
+    wanted = {'mdev_type': fake.VGPU_TYPE, 'mdev_count': 2}
+    conductor.device_set_status(ctx, gpu['uuid'], 'maintaining')
+    kept = conductor.device_set_layout(ctx, gpu['uuid'], wanted)
+    # Checked with the agent, kept, not applied: the device is as it was.
+    assert (kept['layout'], kept['layout_state']) == (wanted, 'pending')
+    assert 'layout_options' in agent.calls
+    assert 'apply_layout' not in agent.calls
+    inv = _inventory(placement, rp)
+    assert (inv['total'], inv['reserved']) == (4, 4)
+    # A second desired layout replaces the first, still pending.
+    wanted = {'mdev_type': fake.VGPU_TYPE, 'mdev_count': 3}
+    conductor.device_set_layout(ctx, gpu['uuid'], wanted)
+
+    # Its agent down: enabling changes nothing.
+    agent.down = True
+    with raises(exception.AgentUnavailable):
+        conductor.device_enable(ctx, gpu['uuid'])
+    stored = devices.get(ctx, gpu['uuid'])
+    assert (stored['status'], stored['layout_state']) == (
+        'maintaining', 'pending')
+    agent.down = False
+
+    # Its layout fails: the device is in error, the layout failed.
+    conf.set_override('layout_fail', True, 'fake_driver')
+    with raises(exception.PrepareFailed, 'layout_fail'):
+        conductor.device_enable(ctx, gpu['uuid'])
+    stored = devices.get(ctx, gpu['uuid'])
+    assert (stored['status'], stored['layout_state']) == ('error', 'failed')
+    assert 'layout_fail' in stored['status_reason']
+    assert 'layout_fail' in stored['layout_reason']
+    inv = _inventory(placement, rp)
+    assert inv['reserved'] == inv['total']
+
+    # Enabling again tries it again: prepared, applied, offered.
+    conf.set_override('layout_fail', False, 'fake_driver')
+    conductor.device_enable(ctx, gpu['uuid'])
+    assert agent.prepared_with == wanted
+    stored = devices.get(ctx, gpu['uuid'])
+    assert (stored['status'], stored['layout'], stored['layout_state'],
+            stored['layout_reason']) == ('enabled', wanted, 'applied', None)
+    inv = _inventory(placement, rp)
+    assert (inv['total'], inv['reserved']) == (3, 0)
+    # The agent kept it for its next start.
+    kept = json.load(open(tmp_path / 'cache.json'))['layouts']
+    assert [e['layout'] for e in kept.values()] == [wanted]
+    # Enabled with its layout applied: the next enable applies nothing.
+    conductor.device_set_status(ctx, gpu['uuid'], 'maintaining')
+    conductor.device_enable(ctx, gpu['uuid'])
+    assert agent.prepared_with is None

@@ -2,6 +2,7 @@
 trees the emulated kernel (cyborg.tests.sysfs_kernel) follows."""
 import pytest
 
+from cyborg.accelerator.drivers import inspur_fpga
 from cyborg.accelerator.drivers import inspur_nvme_ssd
 from cyborg.accelerator.drivers import intel_fpga
 from cyborg.accelerator.drivers import intel_nic
@@ -180,7 +181,7 @@ def test_t4_restricted_to_4_vgpus_of_one_type(host_conf, tree, kernel):
     assert device.deployables[0].attributes['rc'] == 'PGPU'
     assert driver.layout_options(device) == {
         'mdev_type': {'nvidia-222': 16, 'nvidia-223': 8, 'nvidia-230': 8},
-        'mdev_count': {'min': 1, 'max': 16}}
+        'mdev_count': {'min': 0, 'max': 16}}
     driver.apply_layout(device, {'mdev_type': 'nvidia-223',
                                  'mdev_count': 4})
     device = only(driver.discover(), T4)
@@ -201,7 +202,7 @@ def test_t4_restricted_to_4_vgpus_of_one_type(host_conf, tree, kernel):
      'not one of nvidia-222, nvidia-223, nvidia-230'),
     ({'mdev_type': 'nvidia-223', 'mdev_count': 9},
      'above the 8 vGPUs of type nvidia-223'),
-    ({'mdev_type': 'nvidia-222', 'mdev_count': 17}, 'from 1 to 16'),
+    ({'mdev_type': 'nvidia-222', 'mdev_count': 17}, 'from 0 to 16'),
 ])
 def test_bad_mdev_layouts_name_what_is_allowed(host_conf, tree, layout,
                                                allowed):
@@ -301,6 +302,19 @@ def test_fpga_clean_reflashes_the_golden_image(conf, fpga_tree, tmp_path):
     conf.set_override('golden_images', {'intel_fpga': str(golden)}, 'fpga')
     driver.clean(handle)
     assert argv.read_text().splitlines()[-1] == str(golden)
+
+
+def test_fpga_a_driver_cannot_program_cleans_with_a_reset(host_conf, tree):
+    f10a = '0000:5e:00.0'
+    tree.add_function(f10a, 0x1bd4, 0xa115, 0x120000, driver='vfio-pci')
+    driver = inspur_fpga.InspurFpgaDriver(host_conf)
+    [card] = driver.discover()
+    # Nothing to load a region image with: no layout is offered.
+    assert driver.layout_options(card) == {}
+    with sysfs_kernel.Kernel(tree.root):
+        driver.clean(card.deployables[0].attach_handles[0])
+        pci_lifecycle.wait_for(lambda: events(tree, 'reset') != [])
+    assert events(tree, 'reset') == [{'event': 'reset', 'device': f10a}]
 
 
 def test_fpga_region_image_layout_programs_every_region(conf, fpga_tree,

@@ -34,7 +34,7 @@ def test_layout_round_trip(api, gpu):
     assert shown == {'device_uuid': uuid, 'layout': None,
                      'layout_state': None, 'layout_reason': None,
                      'options': {'mdev_type': {fake.VGPU_TYPE: 4},
-                                 'mdev_count': {'min': 1, 'max': 4}}}
+                                 'mdev_count': {'min': 0, 'max': 4}}}
     device = api.app.put_json(f'/v2/devices/{uuid}/layout', VGPUS,
                               headers=V28).json
     assert (device['layout'], device['layout_state'],
@@ -60,7 +60,7 @@ def test_layout_round_trip(api, gpu):
 
 @pytest.mark.parametrize('body, says', [
     ({'mdev_type': 'nvidia-999', 'mdev_count': 2}, fake.VGPU_TYPE),
-    ({'mdev_type': fake.VGPU_TYPE, 'mdev_count': 9}, 'from 1 to 4'),
+    ({'mdev_type': fake.VGPU_TYPE, 'mdev_count': 9}, 'from 0 to 4'),
     ({'vf_count': 4}, 'mdev_count, mdev_type'),
     ({'vf_count': True}, 'vf_count (int)'),
     ({'mdev_count': 2}, 'set together'),
@@ -108,3 +108,18 @@ def test_enable_prepares_and_a_failure_is_409_from_2_8(api, gpu):
     api.app.post(f'/v2/devices/{uuid}/enable', headers=V28, status=200)
     shown = api.app.get(f'/v2/devices/{uuid}', headers=V28).json
     assert (shown['status'], shown['status_reason']) == ('enabled', None)
+
+
+def test_a_layout_set_while_disabled_is_applied_by_enable(api, gpu):
+    uuid = gpu['uuid']
+    api.app.post(f'/v2/devices/{uuid}/disable', headers=ADMIN, status=200)
+    device = api.app.put_json(f'/v2/devices/{uuid}/layout', VGPUS,
+                              headers=V28).json
+    assert (device['status'], device['layout'], device['layout_state']) == (
+        'maintaining', VGPUS, 'pending')
+    agent = api.agents['cmp1'].endpoints[0]
+    assert agent.cache.layouts == []
+    api.app.post(f'/v2/devices/{uuid}/enable', headers=V28, status=200)
+    shown = api.app.get(f'/v2/devices/{uuid}', headers=V28).json
+    assert (shown['status'], shown['layout_state']) == ('enabled', 'applied')
+    assert agent.cache.layouts[0]['layout'] == VGPUS
