@@ -254,9 +254,10 @@ class ConductorManager:
 
     def _health_changed(self, context: cyborg_context.RequestContext,
                         changed: list[dict[str, Any]]) -> None:
-        """Log and announce each change; publish the hosts whose
-        reservations follow it at once (a host with nothing to write
-        costs no placement call)."""
+        """Log and announce each change; publish at once the hosts where
+        a device went into or out of ``unhealthy``, the only change that
+        moves placement's ``reserved`` (the database marked just those
+        devices' providers)."""
         for device in changed:
             log = (LOG.warning if device['health'] == device_health.UNHEALTHY
                    else LOG.info)
@@ -269,7 +270,11 @@ class ConductorManager:
                 context, {k: v for k, v in device.items()
                           if not k.startswith('previous_')},
                 device['previous_health'], device['previous_health_reason'])
-        for hostname in sorted({d['hostname'] for d in changed}):
+        unhealthy = device_health.UNHEALTHY
+        for hostname in sorted({
+                d['hostname'] for d in changed
+                if (d['health'] == unhealthy)
+                != (d['previous_health'] == unhealthy)}):
             self.sync_placement(hostname)
 
     @messaging.expected_exceptions(exception.CyborgException)

@@ -8,7 +8,10 @@ generic_pci_group = cfg.OptGroup(
     title='Generic PCI driver options',
     help='The generic_pci driver reports PCI functions that the operator '
          'selects, whatever their vendor, as whole-function accelerators '
-         'passed through to instances.')
+         'passed through to instances, or, under a device layout with an '
+         'mdev type and count, as that many mediated devices of the type '
+         'when the function (or its virtual functions) offers '
+         'mdev_supported_types.')
 
 generic_pci_opts: list[cfg.Opt] = [
     cfg.MultiStrOpt(

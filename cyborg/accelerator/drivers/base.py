@@ -135,7 +135,11 @@ class AcceleratorDriver(abc.ABC):
           SR-IOV physical function;
         * ``{"mdev_type": {"<type>": <instances>, ...},
           "mdev_count": {"min": 0, "max": <most instances of a type>}}``
-          for a device offering mediated devices;
+          for a device offering mediated devices (on its function or its
+          VFs): ``mdev_count`` of ``mdev_type`` restricts it to that many
+          MDEV attach handles of the type, and ``mdev_count`` 0 gives it
+          back whole (its PCI attach handle), which a driver refuses
+          while mdevs exist on it;
         * ``{"region_image": {"deployables": [<names>]}}`` for an FPGA
           whose regions are loaded with a Glance image.
 

@@ -14,11 +14,10 @@ from typing import Any
 
 from oslo_config import cfg
 
-from cyborg.accelerator import pci
+from cyborg.accelerator.drivers import fake_health
 from cyborg.accelerator.drivers.base import AcceleratorDriver
 from cyborg.accelerator.drivers.base import bitstream_trait
 from cyborg.accelerator.drivers.base import function_trait
-from cyborg.common import device_health
 from cyborg.common import exception
 from cyborg.common.device_health import Health
 from cyborg.common.device_health import Usage
@@ -40,9 +39,6 @@ _FIRST_BUS = 0x0c
 _FIRST_FPGA_DOMAIN = 0x0000
 _FIRST_GPU_DOMAIN = 0x1000
 _PCI_KEYS = ('domain', 'bus', 'device', 'function')
-FAULTS_OPTION = '[fake_driver] faults'
-# What a fake GPU's usage says: 16 GiB of memory, shared by its vGPUs.
-GPU_MEMORY_BYTES = 16 << 30
 
 
 def _address(index: int, first_domain: int) -> dict[str, str]:
@@ -70,32 +66,6 @@ def _slot(address: dict[str, str]) -> str:
     return '{domain}:{bus}:{device}.{function}'.format(**address)
 
 
-def parse_faults(entries: list[str], cards: int, gpus: int
-                 ) -> dict[str, Health]:
-    """``[fake_driver] faults`` as {slot: health}; Invalid naming the
-    entry when one is not ``<slot>=<state>[:<reason>]`` of a fake device.
-    """
-    faults = {}
-    for entry in entries:
-        slot, sep, rest = entry.strip().partition('=')
-        slot = slot.strip().lower()
-        state, _, reason = rest.partition(':')
-        problem = None
-        if not sep or not pci.ADDRESS_RE.match(slot):
-            problem = ('expected <slot>=<state>[:<reason>] with a slot such '
-                       'as 0000:0c:00.0')
-        elif state.strip() not in device_health.HEALTH_STATES:
-            problem = (f'state {state.strip()!r} is not one of '
-                       f'{", ".join(device_health.HEALTH_STATES)}')
-        elif _kind(slot, cards, gpus) is None:
-            problem = f'there is no fake device at {slot}'
-        if problem is not None:
-            raise exception.Invalid(
-                reason=f'{FAULTS_OPTION} entry {entry!r}: {problem}')
-        faults[slot] = Health(state.strip(), reason.strip())
-    return faults
-
-
 def _kind(slot: str, cards: int, gpus: int) -> tuple[str, int] | None:
     """('card'|'gpu', index) of the fake device at ``slot``, if any."""
     domain, bus, rest = slot.split(':')
@@ -107,42 +77,6 @@ def _kind(slot: str, cards: int, gpus: int) -> tuple[str, int] | None:
         if index is not None:
             return kind, index
     return None
-
-
-def read_fault_file(path: str) -> tuple[dict[str, Health], str | None]:
-    """The faults in ``path`` by slot, and a problem with the whole file
-    (None when there is none). A missing or empty file (a writer caught
-    half-way) holds no faults; an entry that is not {"state", "reason"}
-    makes its slot ``unknown``."""
-    try:
-        with open(path, encoding='utf-8') as f:
-            text = f.read()
-    except FileNotFoundError:
-        return {}, None
-    except (OSError, UnicodeDecodeError) as exc:
-        return {}, f'fault file {path} cannot be read: {exc}'
-    if not text.strip():
-        return {}, None
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        return {}, f'fault file {path} is not valid JSON: {exc}'
-    if not isinstance(data, dict):
-        return {}, f'fault file {path} is not a JSON object of slots'
-    faults = {}
-    for slot, entry in data.items():
-        state = entry.get('state') if isinstance(entry, dict) else None
-        reason = entry.get('reason', '') if isinstance(entry, dict) else None
-        if (state not in device_health.HEALTH_STATES
-                or not isinstance(reason, str)):
-            faults[slot.strip().lower()] = Health(
-                device_health.UNKNOWN,
-                f'fault file {path}: entry {slot!r} is not '
-                '{"state": <healthy|degraded|unhealthy|unknown>, '
-                '"reason": <text>}')
-        else:
-            faults[slot.strip().lower()] = Health(state, reason)
-    return faults, None
 
 
 def read_program_log(path: str) -> list[dict[str, Any]]:
@@ -191,9 +125,7 @@ class FakeDriver(AcceleratorDriver):
         self.busy = 0
         # Successful programs per card slot, for usage counters.
         self.programs: dict[str, int] = {}
-        options = conf.fake_driver
-        parse_faults(options.faults, options.device_count,
-                     options.vgpu_device_count)
+        fake_health.parse_faults(conf.fake_driver.faults, self._is_fake)
 
     def _deployable_name(self, address: dict[str, str]) -> str:
         return f'{self.hostname}_{_slot(address)}'
@@ -356,7 +288,7 @@ class FakeDriver(AcceleratorDriver):
                     action='create mdev', device=parent,
                     reason=f'mdev {mdev_uuid} already exists on '
                            f'{self.mdevs[mdev_uuid]}')
-            used = sum(1 for p in self.mdevs.values() if p == parent)
+            used = self._mdevs_on(parent)
             if used >= self.conf.fake_driver.vgpus_per_device:
                 raise exception.DeviceActionError(
                     action='create mdev', device=parent,
@@ -370,8 +302,6 @@ class FakeDriver(AcceleratorDriver):
             if self.mdevs.get(mdev_uuid) == parent:
                 del self.mdevs[mdev_uuid]
 
-    # Monitoring: faults from configuration, plausible numbers otherwise.
-
     # Lifecycle
 
     def layout_options(self, device: DriverDevice) -> dict[str, Any]:
@@ -383,13 +313,14 @@ class FakeDriver(AcceleratorDriver):
                 'deployables': [d.name for d in device.deployables]}}
         most = self.conf.fake_driver.vgpus_per_device
         return {'mdev_type': {VGPU_TYPE: most},
-                'mdev_count': {'min': 1, 'max': most}}
+                'mdev_count': {'min': 0, 'max': most}}
 
     def apply_layout(self, device: DriverDevice,
                      layout: dict[str, Any]) -> None:
         """A card loads ``region_image`` (the agent adds ``image_path``
         and ``bitstream`` as for real FPGAs); a GPU offers ``mdev_count``
-        vGPUs from the next discovery on."""
+        vGPUs from the next discovery on, and with 0 is the whole GPU
+        again: reported as before any layout, once its mdevs are gone."""
         wanted = {k: v for k, v in layout.items()
                   if k not in ('image_path', 'bitstream')}
         with self._recorded('layout', device.controlpath_id, layout=wanted):
@@ -399,13 +330,26 @@ class FakeDriver(AcceleratorDriver):
                                     '[fake_driver] layout_fail is set')
             slot, kind, _ = self._device_kind(device) or ('', '', 0)
             if kind == 'gpu' and 'mdev_count' in wanted:
-                with self._lock:
-                    self.mdev_counts[slot] = wanted['mdev_count']
+                self._set_mdev_count(device, slot, wanted['mdev_count'])
             if kind == 'card' and 'region_image' in wanted:
                 for deployable in device.deployables:
                     self.program(device.controlpath_id, deployable.name,
                                  str(layout.get('image_path')),
                                  dict(layout.get('bitstream') or {}))
+
+    def _set_mdev_count(self, device: DriverDevice, slot: str,
+                        count: int) -> None:
+        with self._lock:
+            if count:
+                self.mdev_counts[slot] = count
+                return
+            # A GPU given back whole must not keep vGPUs a guest may use.
+            used = self._mdevs_on(slot)
+            if used:
+                raise self._failure(
+                    'apply a layout', device.controlpath_id,
+                    f'{used} mdevs still exist on it')
+            self.mdev_counts.pop(slot, None)
 
     def prepare(self, device: DriverDevice) -> None:
         with self._recorded('prepare', device.controlpath_id):
@@ -458,49 +402,37 @@ class FakeDriver(AcceleratorDriver):
         kind = _kind(slot, options.device_count, options.vgpu_device_count)
         return None if kind is None else (slot, *kind)
 
+    def _is_fake(self, slot: str) -> bool:
+        options = self.conf.fake_driver
+        return _kind(slot, options.device_count,
+                     options.vgpu_device_count) is not None
+
+    def _mdevs_on(self, slot: str) -> int:
+        """The mdevs that exist on the GPU at ``slot``; hold the lock."""
+        return sum(1 for p in self.mdevs.values() if p == slot)
+
+    # Monitoring: faults from configuration, plausible numbers otherwise.
+
     def health(self, device: DriverDevice) -> Health | None:
-        """Healthy, unless ``[fake_driver] faults`` or ``fault_file``
-        give the device a fault (both: the worse). An option changed
-        into an invalid one raises, making every device ``unknown``."""
+        """See :func:`fake_health.health`; an option changed into an
+        invalid one raises, making every device ``unknown``."""
         found = self._device_kind(device)
         if found is None:
             return None
-        slot = found[0]
-        options = self.conf.fake_driver
-        faults = parse_faults(options.faults, options.device_count,
-                              options.vgpu_device_count)
-        readings = [faults[slot]] if slot in faults else []
-        if options.fault_file:
-            from_file, problem = read_fault_file(options.fault_file)
-            if problem is not None:
-                return Health(device_health.UNKNOWN, problem)
-            if slot in from_file:
-                readings.append(from_file[slot])
-        return Health.combine(readings)
+        return fake_health.health(found[0], self.conf.fake_driver,
+                                  self._is_fake)
 
     def usage(self, device: DriverDevice) -> Usage | None:
-        """Deterministic numbers that follow what was done to the device:
-        a card with a bitstream loaded is busy; a GPU is as busy, hot and
-        full as the share of its vGPUs that exist."""
+        """Deterministic numbers that follow what was done to the device
+        (see :mod:`fake_health`)."""
         found = self._device_kind(device)
         if found is None:
             return None
         slot, kind, index = found
         with self._lock:
             if kind == 'card':
-                loaded = slot in self.loaded
-                return Usage(
-                    temperature_celsius=40.0 + index % 30 + 10 * loaded,
-                    power_watts=25.0 + 20 * loaded,
-                    utilization_percent=50.0 if loaded else 0.0,
-                    counters={'programs': self.programs.get(slot, 0)})
-            share = (sum(1 for p in self.mdevs.values() if p == slot)
-                     / self.conf.fake_driver.vgpus_per_device)
-            return Usage(
-                temperature_celsius=40.0 + index % 30 + 20 * share,
-                power_watts=30.0 + 40 * share,
-                utilization_percent=100 * share,
-                memory_used_bytes=int(GPU_MEMORY_BYTES * share),
-                memory_total_bytes=GPU_MEMORY_BYTES,
-                counters={'mdevs': round(
-                    share * self.conf.fake_driver.vgpus_per_device)})
+                return fake_health.card_usage(
+                    index, slot in self.loaded, self.programs.get(slot, 0))
+            return fake_health.gpu_usage(
+                index, self._mdevs_on(slot),
+                self.conf.fake_driver.vgpus_per_device)

@@ -3,6 +3,12 @@
 Each selected function is passed through whole. A physical function with
 SR-IOV virtual functions enabled is never reported, even when selected:
 its host driver serves the VFs (which a spec may select in its place).
+
+A selected function that offers mediated devices (``mdev_supported_types``
+on it or on its VFs) may be given an mdev layout: it is then reported as
+``mdev_count`` MDEV attach handles of ``mdev_type`` (resource class
+``VGPU`` for a spec of type GPU, ``CUSTOM_MDEV`` otherwise, with the
+trait ``CUSTOM_MDEV_<TYPE>``), until ``mdev_count`` 0 gives it back whole.
 """
 import dataclasses
 import json
@@ -11,9 +17,11 @@ import re
 from oslo_config import cfg
 
 from cyborg.accelerator import pci
+from cyborg.accelerator.drivers import mdev_driver
+from cyborg.accelerator.drivers import pci_report
 from cyborg.accelerator.drivers.base import trait_part
+from cyborg.accelerator.drivers.mdev_driver import MdevDriver
 from cyborg.accelerator.drivers.pci_driver import Functions
-from cyborg.accelerator.drivers.pci_driver import PciDriver
 from cyborg.common import device_report
 from cyborg.common import exception
 from cyborg.common.device_report import DriverDevice
@@ -24,6 +32,9 @@ CUSTOM_RE = re.compile(r'^CUSTOM_[A-Z0-9_]+$')
 STANDARD_RESOURCE_CLASSES = ('FPGA', 'PGPU', 'PCI_DEVICE', 'SRIOV_NET_VF')
 DEFAULT_TYPE = 'PCI'
 _DEFAULT_RESOURCE_CLASSES = {'GPU': 'PGPU', 'FPGA': 'FPGA'}
+# The resource class of a device's mdevs, by device type; CUSTOM_MDEV for
+# the other types.
+_MDEV_RESOURCE_CLASSES = {'GPU': 'VGPU'}
 _CLASS_PREFIX_RE = re.compile(r'^(?:0x)?((?:[0-9a-f]{2}){1,3})$')
 _ADDRESS_GLOB_RE = re.compile(r'^[0-9a-f:.*?\[\]!-]+$')
 _SELECTORS = ('vendor_id', 'product_id', 'class', 'address')
@@ -156,14 +167,16 @@ def product_trait(function: pci.PciFunction) -> str:
             f'{trait_part(function.device_id[2:])}')
 
 
-class GenericPciDriver(PciDriver):
+class GenericPciDriver(MdevDriver):
     """Reports each PCI function matching a ``[generic_pci] device_specs``
     entry as one device with one single-accelerator deployable, whose
-    attach handle passes the whole function through."""
+    attach handle passes the whole function through; or, under an mdev
+    layout, as that many mdevs of one type."""
 
     driver_name = 'generic_pci'
     conf_group = 'generic_pci'
     noun = 'matching function'
+    parent_noun = f'function selected by {OPTION} (or VF of one)'
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         super().__init__(conf)
@@ -175,12 +188,44 @@ class GenericPciDriver(PciDriver):
     def matches(self, function: pci.PciFunction) -> bool:
         return any(spec.matches(function) for spec in self.specs)
 
+    def mdev_parent(self, function: pci.PciFunction) -> bool:
+        if self.matches(function):
+            return True
+        pf = self.bus.get(function.physfn) if function.physfn else None
+        return pf is not None and self.matches(pf)
+
     def device(self, function: pci.PciFunction, functions: Functions
                ) -> DriverDevice | None:
         # The first spec selecting the function says how to report it.
         spec = next(s for s in self.specs if s.matches(function))
+        traits = ['OWNER_CYBORG', product_trait(function), *spec.traits]
+        layout = self.mdev_layout(function.address)
+        if layout is not None:
+            return self._mdevs(spec, function, functions, traits, *layout)
         return self.whole_device(
-            spec.type, function, spec.resource_class,
-            ['OWNER_CYBORG', product_trait(function), *spec.traits],
+            spec.type, function, spec.resource_class, traits,
             remedy='set its sriov_numvfs to 0 to hand it out, or select '
                    f'its VFs in {OPTION}')
+
+    def _mdevs(self, spec: DeviceSpec, function: pci.PciFunction,
+               functions: Functions, traits: list[str], type_id: str,
+               count: int) -> DriverDevice | None:
+        """``function`` as ``count`` mdevs of ``type_id``, created on it
+        or on its VFs; None, with a warning, when neither offers the type
+        any longer."""
+        vfs = [functions[vf] for vf in function.virtfns if vf in functions]
+        parents = mdev_driver.parents(function, vfs, type_id)
+        if not parents:
+            self.warn('PCI function %s was set to mdev type %s but no '
+                      'longer offers it (it offers: %s); it is not reported '
+                      'until it does, or until its layout changes.',
+                      function.address, type_id,
+                      ', '.join(mdev_driver.type_ids([function, *vfs]))
+                      or 'none')
+            return None
+        handles = self.mdev_handles(parents, type_id, count)
+        deployable = self.deployable(
+            function, _MDEV_RESOURCE_CLASSES.get(spec.type, 'CUSTOM_MDEV'),
+            [*traits, mdev_driver.mdev_trait(type_id)], handles)
+        return pci_report.device(spec.type, function, [deployable],
+                                 mdev_type=type_id)

@@ -3,10 +3,9 @@
 ``apply_report`` reads the host's rows (a fixed number of queries, whatever
 the number of devices), compares them with the report and writes only the
 difference, in one transaction: an unchanged report writes nothing, and new
-rows are inserted a table at a time. Identity: a device is its control path
-(PCI address), a deployable its name within the device, an attribute its
-key, an attach handle its attach info. Parts that an accelerator request
-still uses are never deleted; they stay until the request lets go of them.
+rows are inserted a table at a time. Rows are matched by identity (see
+``host_rows``). Parts that an accelerator request still uses are never
+deleted; they stay until the request lets go of them.
 """
 import collections
 import dataclasses
@@ -22,9 +21,14 @@ from cyborg import context as cyborg_context
 from cyborg.common.device_report import canonical_json
 from cyborg.db import models
 from cyborg.db.api import devices as devices_api
+from cyborg.db.api import host_rows
 from cyborg.db.api import providers
 from cyborg.db.api import reader
 from cyborg.db.api import writer
+from cyborg.db.api.host_rows import DeployableRows
+from cyborg.db.api.host_rows import DeviceRows
+from cyborg.db.api.host_rows import HostRows
+from cyborg.db.api.host_rows import Row
 
 LOG = logging.getLogger(__name__)
 
@@ -32,7 +36,6 @@ LOG = logging.getLogger(__name__)
 # "<hostname>/<control path address>/<deployable name>").
 RP_NAMESPACE = uuid.UUID('4a1f2b8e-6c3d-5e7f-9a0b-1c2d3e4f5a6b')
 
-Row = sa.engine.Row
 # Values per IN (...) clause when reading back inserted ids.
 _IN_BATCH = 500
 Report = dict[str, Any]
@@ -74,101 +77,6 @@ class ReportResult:
     def to_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name)
                 for f in dataclasses.fields(self) if f.type is int}
-
-
-@dataclasses.dataclass
-class _DeployableRows:
-    row: Row
-    # What the driver reported; reports add, change and remove these.
-    attributes: dict[str, Row] = dataclasses.field(default_factory=dict)
-    # What POST /v2/attributes added; reports leave them alone.
-    operator_attributes: dict[str, Row] = dataclasses.field(
-        default_factory=dict)
-    handles: dict[str, Row] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass
-class _DeviceRows:
-    row: Row
-    cpid: Row
-    deployables: dict[str, _DeployableRows] = dataclasses.field(
-        default_factory=dict)
-
-
-@dataclasses.dataclass
-class _HostRows:
-    devices: dict[str, _DeviceRows]
-    busy_handles: set[int]
-    busy_deployables: set[int]
-
-
-def _cpid_key(cpid_type: str, cpid_info: str | dict[str, str]) -> str:
-    if isinstance(cpid_info, str):
-        cpid_info = json.loads(cpid_info)
-    return canonical_json({'cpid_type': cpid_type, 'cpid_info': cpid_info})
-
-
-def _columns(model: type[models.Base]) -> list[sa.ColumnElement[Any]]:
-    return list(model.__table__.columns)
-
-
-def _load_host(session: sa.orm.Session, host: str) -> _HostRows:
-    """The host's rows by identity, plus the ids that requests still use.
-
-    Plain rows, not ORM objects: a host can have thousands of them and
-    nothing here needs the identity map.
-    """
-    on_host = models.Device.host == host
-    devices = {d.id: d for d in session.execute(
-        sa.select(*_columns(models.Device)).where(on_host))}
-    if not devices:
-        return _HostRows({}, set(), set())
-    by_device: dict[int, _DeviceRows] = {}
-    for cpid in session.execute(
-            sa.select(*_columns(models.ControlpathID))
-            .join(models.Device).where(on_host)):
-        by_device[cpid.device_id] = _DeviceRows(devices[cpid.device_id],
-                                                cpid)
-    deployables: dict[int, _DeployableRows] = {}
-    for dep in session.execute(
-            sa.select(*_columns(models.Deployable))
-            .join(models.Device).where(on_host)):
-        entry = by_device.get(dep.device_id)
-        if entry is not None:
-            deployables[dep.id] = entry.deployables.setdefault(
-                dep.name, _DeployableRows(dep))
-    for attr in session.execute(
-            sa.select(*_columns(models.Attribute))
-            .join(models.Deployable).join(models.Device).where(on_host)):
-        dep_rows = deployables.get(attr.deployable_id)
-        if dep_rows is not None:
-            mine = (dep_rows.operator_attributes
-                    if attr.source == models.ATTRIBUTE_SET_BY_OPERATOR
-                    else dep_rows.attributes)
-            mine[attr.key] = attr
-    busy_handles: set[int] = set()
-    busy_deployables: set[int] = set()
-    for handle in session.execute(
-            sa.select(*_columns(models.AttachHandle))
-            .join(models.Deployable).join(models.Device).where(on_host)):
-        if handle.deployable_id in deployables:
-            deployables[handle.deployable_id].handles[
-                handle.attach_info] = handle
-            if handle.in_use:
-                busy_handles.add(handle.id)
-                busy_deployables.add(handle.deployable_id)
-    arq = models.AcceleratorRequest
-    for handle_id, deployable_id in session.execute(
-            sa.select(arq.attach_handle_id, models.Deployable.id)
-            .join(models.Deployable,
-                  models.Deployable.id == arq.deployable_id)
-            .join(models.Device).where(on_host)):
-        if handle_id is not None:
-            busy_handles.add(handle_id)
-        busy_deployables.add(deployable_id)
-    return _HostRows(
-        {_cpid_key(e.cpid.cpid_type, e.cpid.cpid_info): e
-         for e in by_device.values()}, busy_handles, busy_deployables)
 
 
 class _Writer:
@@ -311,7 +219,7 @@ def _add_devices(w: _Writer, host: str, hostname: str, status: str,
             for dep in dev['deployables']]
 
 
-def _sync_deployable(w: _Writer, existing: _DeployableRows, report: Report,
+def _sync_deployable(w: _Writer, existing: DeployableRows, report: Report,
                      cpid_id: int, busy_handles: set[int]) -> bool:
     changed = False
     dep_id = existing.row.id
@@ -361,7 +269,7 @@ def _sync_deployable(w: _Writer, existing: _DeployableRows, report: Report,
     return changed or bool(new_attrs or new_handles)
 
 
-def _delete_deployable(w: _Writer, dep: _DeployableRows,
+def _delete_deployable(w: _Writer, dep: DeployableRows,
                        hostname: str) -> None:
     if dep.row.rp_uuid:
         w.removals[dep.row.rp_uuid] = hostname
@@ -372,8 +280,8 @@ def _delete_deployable(w: _Writer, dep: _DeployableRows,
     w.delete(models.Deployable, dep.row)
 
 
-def _sync_device(w: _Writer, existing: _DeviceRows, report: Report,
-                 hostname: str, rows: _HostRows
+def _sync_device(w: _Writer, existing: DeviceRows, report: Report,
+                 hostname: str, rows: HostRows
                  ) -> list[tuple[int, int, dict[str, str], Report]]:
     """Update a known device; return its new deployables to add."""
     changed = w.update(models.Device, existing.row,
@@ -417,12 +325,12 @@ def _sync_device(w: _Writer, existing: _DeviceRows, report: Report,
     return added
 
 
-def _unsynced(w: _Writer, dep: _DeployableRows) -> None:
+def _unsynced(w: _Writer, dep: DeployableRows) -> None:
     """Placement has yet to learn of a change to the deployable."""
     w.update(models.Deployable, dep.row, {'rp_synced': None})
 
 
-def _mark_missing(w: _Writer, dep: _DeployableRows) -> None:
+def _mark_missing(w: _Writer, dep: DeployableRows) -> None:
     """The host no longer has it but a request holds it: placement will
     reserve all of it until the request lets go (see
     providers.purge_released)."""
@@ -431,8 +339,8 @@ def _mark_missing(w: _Writer, dep: _DeployableRows) -> None:
                  {'missing_since': timeutils.utcnow(), 'rp_synced': None})
 
 
-def _remove_device(w: _Writer, host: str, key: str, device: _DeviceRows,
-                   rows: _HostRows) -> None:
+def _remove_device(w: _Writer, host: str, key: str, device: DeviceRows,
+                   rows: HostRows) -> None:
     in_use = [d.row.name for d in device.deployables.values()
               if d.row.id in rows.busy_deployables]
     if in_use:
@@ -458,9 +366,9 @@ def apply_report(context: cyborg_context.RequestContext, host: str,
     hostname = report['hostname']
     result = ReportResult()
     w = _Writer(context.session, result)
-    rows = _load_host(context.session, host)
-    reported = {_cpid_key(dev['controlpath_id']['cpid_type'],
-                          dev['controlpath_id']['cpid_info']): dev
+    rows = host_rows.load(context.session, host)
+    reported = {host_rows.cpid_key(dev['controlpath_id']['cpid_type'],
+                                   dev['controlpath_id']['cpid_info']): dev
                 for dev in report['devices']}
     for key, device in rows.devices.items():
         if key not in reported:
@@ -480,7 +388,7 @@ def apply_report(context: cyborg_context.RequestContext, host: str,
     return result
 
 
-def _device_dict(device: _DeviceRows) -> dict[str, Any]:
+def _device_dict(device: DeviceRows) -> dict[str, Any]:
     row = device.row
     return {
         'uuid': row.uuid, 'type': row.type, 'vendor': row.vendor,
@@ -509,7 +417,7 @@ def _device_dict(device: _DeviceRows) -> dict[str, Any]:
 def get_host_devices(context: cyborg_context.RequestContext, host: str
                      ) -> list[dict[str, Any]]:
     """The host's devices as nested dicts in report form."""
-    rows = _load_host(context.session, host)
+    rows = host_rows.load(context.session, host)
     devices = [_device_dict(device) for device in rows.devices.values()]
     devices.sort(key=lambda d: canonical_json(d['controlpath_id']))
     return devices

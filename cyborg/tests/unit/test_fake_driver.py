@@ -8,6 +8,7 @@ import pytest
 
 from cyborg.accelerator.drivers import base
 from cyborg.accelerator.drivers import fake
+from cyborg.accelerator.drivers import fake_health
 from cyborg.common import device_report
 from cyborg.common import exception
 from cyborg.common.device_health import Health
@@ -304,7 +305,7 @@ def test_fake_usage_is_deterministic_and_follows_the_devices(fake_conf,
     driver.create_mdev(info, '8a4b0b3e-2c11-4f5a-9d1e-3b8f6f2a0001')
     usage = driver.usage(gpu)
     assert usage.utilization_percent == 25.0
-    assert usage.memory_used_bytes == fake.GPU_MEMORY_BYTES // 4
+    assert usage.memory_used_bytes == fake_health.GPU_MEMORY_BYTES // 4
     image = tmp_path / 'image.bin'
     image.write_bytes(b'bits')
     driver.program(card.controlpath_id, card.deployables[0].name,

@@ -39,7 +39,7 @@ def test_layout_options(driver):
         'region_image': {'deployables': ['cmp1_0000:0c:00.0']}}
     assert driver.layout_options(gpu) == {
         'mdev_type': {fake.VGPU_TYPE: 4},
-        'mdev_count': {'min': 1, 'max': 4}}
+        'mdev_count': {'min': 0, 'max': 4}}
 
 
 def test_gpu_mdev_count_changes_the_handles_discovered(driver):
@@ -48,11 +48,33 @@ def test_gpu_mdev_count_changes_the_handles_discovered(driver):
     _, gpu = by_kind(driver)
     assert gpu.deployables[0].num_accelerators == 2
     assert len(gpu.deployables[0].attach_handles) == 2
-    with pytest.raises(exception.Invalid, match='from 1 to 4'):
+    with pytest.raises(exception.Invalid, match='from 0 to 4'):
         driver.apply_layout(gpu, {'mdev_count': 5})
     with pytest.raises(exception.Invalid, match=f'one of {fake.VGPU_TYPE}'):
         driver.apply_layout(gpu, {'mdev_type': 'other'})
 
+
+
+def test_gpu_mdev_count_zero_gives_the_whole_gpu_back(driver):
+    _, whole = by_kind(driver)
+    driver.apply_layout(whole, {'mdev_type': fake.VGPU_TYPE, 'mdev_count': 2})
+    _, gpu = by_kind(driver)
+    mdev = '8a4b0b3e-2c11-4f5a-9d1e-3b8f6f2a0002'
+    driver.create_mdev(gpu.deployables[0].attach_handles[0].attach_info,
+                       mdev)
+    with pytest.raises(exception.DeviceActionError,
+                       match='1 mdevs still exist on it'):
+        driver.apply_layout(gpu, {'mdev_type': fake.VGPU_TYPE,
+                                  'mdev_count': 0})
+    _, still = by_kind(driver)
+    assert still.deployables[0].num_accelerators == 2
+    assert driver.lifecycle_calls[-1]['error'] is not None
+    driver.remove_mdev(gpu.deployables[0].attach_handles[0].attach_info,
+                       mdev)
+    driver.apply_layout(gpu, {'mdev_type': fake.VGPU_TYPE, 'mdev_count': 0})
+    _, back = by_kind(driver)
+    assert back.to_dict() == whole.to_dict()
+    assert driver.mdev_counts == {}
 
 def test_card_region_image_reprograms(driver, tmp_path):
     image = tmp_path / 'image.gbs'

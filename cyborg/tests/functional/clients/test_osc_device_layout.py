@@ -20,7 +20,7 @@ def test_layout_show_set_and_clear(live_api, tmp_path):
                   'show', uuid)
     assert shown['layout'] is None
     assert json.loads(shown['options']) == {
-        'mdev_type': {fake.VGPU_TYPE: 4}, 'mdev_count': {'min': 1, 'max': 4}}
+        'mdev_type': {fake.VGPU_TYPE: 4}, 'mdev_count': {'min': 0, 'max': 4}}
 
     shown = _json(live_api, tmp_path, 'accelerator', 'device', 'layout',
                   'set', uuid, '--mdev-type', fake.VGPU_TYPE,
