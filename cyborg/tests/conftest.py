@@ -36,6 +36,11 @@ RABBIT_URL = os.environ.get('CYBORG_TEST_RABBIT_URL',
 BACKENDS = ('sqlite', 'mysql', 'postgresql')
 
 
+def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        'markers', 'flow: a multi-process flow (gate_stack.backends)')
+
+
 def services_required() -> bool:
     return os.environ.get('CYBORG_TEST_REQUIRE_SERVICES') == '1'
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 from typing import TypeVar
 
+import pytest
 import requests
 from oslo_log import log
 
@@ -43,7 +44,29 @@ RPC_SERVER_LOGGER = 'oslo_messaging.rpc.server'
 # An administrator of placement under noauth2.
 PLACEMENT_TOKEN = 'admin'
 
+# Set to 1 (``tox -e flows``): every multi-process flow on every database.
+ALL_BACKENDS = 'CYBORG_TEST_ALL_BACKENDS'
+
 T = TypeVar('T')
+
+
+def backends(default: str) -> list[Any]:
+    """The ``backend`` parameters of a multi-process flow: ``default``
+    alone, or every database when CYBORG_TEST_ALL_BACKENDS=1.
+
+    A flow starts placement, cyborg-api, conductors and agents: 16-78 s
+    of a pytest worker each. On three databases each the flows would add
+    minutes to the default suite for SQL that the in-process tests
+    already run on all three, so each takes one, a different one from
+    flow to flow, and every database carries some flow in every run.
+    Each is marked ``flow`` (``pytest -m flow`` runs the flows alone).
+    """
+    # Here, not at the top: the conftest selects oslo.service's backend,
+    # which fails in a benchmark that has loaded oslo.service already.
+    from cyborg.tests.conftest import BACKENDS
+    assert default in BACKENDS, default
+    names = BACKENDS if os.environ.get(ALL_BACKENDS) == '1' else (default,)
+    return [pytest.param(name, marks=pytest.mark.flow) for name in names]
 
 
 def free_port() -> int:

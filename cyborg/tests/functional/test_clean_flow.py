@@ -34,7 +34,7 @@ def _handles(stack, hostname):
             if h['hostname'] == hostname]
 
 
-@pytest.mark.parametrize('backend', ['sqlite', 'mysql', 'postgresql'],
+@pytest.mark.parametrize('backend', gate_stack.backends('mysql'),
                          indirect=True)
 def test_handle_cleaned_after_delete_or_held(tmp_path, rabbit_url,
                                              db_engine, empty_db_url,

@@ -46,7 +46,7 @@ def _devices(stack):
     return _api(stack, 'GET', f'/devices?hostname={NODE}').json()['devices']
 
 
-@pytest.mark.parametrize('backend', ['sqlite', 'mysql', 'postgresql'],
+@pytest.mark.parametrize('backend', gate_stack.backends('postgresql'),
                          indirect=True)
 def test_disable_and_enable_a_driver(tmp_path, rabbit_url, db_engine,
                                      empty_db_url, fake_nova):

@@ -81,7 +81,7 @@ def _health_metric(port, address):
     return states
 
 
-@pytest.mark.parametrize('backend', ['sqlite', 'mysql', 'postgresql'],
+@pytest.mark.parametrize('backend', gate_stack.backends('mysql'),
                          indirect=True)
 def test_fault_turns_a_device_unhealthy_everywhere(
         tmp_path, rabbit_url, db_engine, empty_db_url, fake_nova):

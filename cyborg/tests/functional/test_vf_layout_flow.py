@@ -33,7 +33,7 @@ def _offered(placement, root):
         for inventory in placement.inventories(rp).values())
 
 
-@pytest.mark.parametrize('backend', ['sqlite', 'mysql', 'postgresql'],
+@pytest.mark.parametrize('backend', gate_stack.backends('sqlite'),
                          indirect=True)
 def test_e810_vfs_through_the_cli(tmp_path, rabbit_url, db_engine,
                                   empty_db_url, fake_nova):
