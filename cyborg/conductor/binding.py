@@ -8,6 +8,12 @@ BindStarted; a worker thread asks the host's agent, within
 sends its instant results to Nova in one POST, and its background results
 in one more. Binds left BindStarted by a conductor that stopped are failed
 by ``fail_stale_binds``.
+
+An unbind or delete never waits for a host: it is committed at once, and
+what the requests held there (an mdev) is removed by a worker, or, when
+the host's agent is down, by the agent itself as it starts again
+(``restore_mdevs``). Until then the handle stays released: taken, and
+reserved in placement.
 """
 import collections
 import datetime
@@ -32,7 +38,9 @@ from cyborg.conductor import nova_client
 from cyborg.db.api import arq_bindings
 from cyborg.db.api import arqs
 from cyborg.db.api import attach_handles
+from cyborg.db.api import cleaning
 from cyborg.db.api import deployables
+from cyborg.db.api import services
 
 LOG = logging.getLogger(__name__)
 
@@ -74,6 +82,8 @@ class Binder:
         # Called with the attach handles (ids) a PATCH or delete left
         # cleaning, once committed (see cyborg.conductor.cleaning).
         self.clean: Callable[[list[int]], None] | None = None
+        # Called with a hostname whose placement changed, once committed.
+        self.sync: Callable[[str], int] | None = None
 
     @property
     def agent_api(self) -> agent_rpcapi.AgentAPI:
@@ -95,20 +105,11 @@ class Binder:
                     binds: dict[str, dict[str, Any]], unbinds: list[str]
                     ) -> arq_bindings.BindBatch:
         started = time.monotonic()
-        removed, failed = [], []
         before = self._requests(context, unbinds)
-        if unbinds:
-            # Bound ARQs' mdevs go first, so that a host that cannot
-            # remove one leaves its ARQ UnbindFailed, holding the handle.
-            for holder in arq_bindings.bound_device_side(context, unbinds):
-                if self._remove_device_side(context, holder):
-                    removed.append(holder['arq_uuid'])
-                else:
-                    failed.append(holder['arq_uuid'])
         # One Glance look-up per function the PATCH names, however many
         # of its requests name it, and on a deadlock's retry too.
         batch = arq_bindings.apply_patch(
-            context, binds, unbinds, removed, failed,
+            context, binds, unbinds,
             find_bitstream=functools.cache(self._find_bitstream))
         self.bind_durations.observe(batch.resolved, started)
         self._after(batch, started)
@@ -119,12 +120,8 @@ class Binder:
 
     def delete(self, context: cyborg_context.RequestContext,
                uuids: list[str] | None, instance_uuid: str | None) -> int:
-        """Delete ARQs, then remove what they held on their hosts.
-
-        A host that cannot be reached is logged, not fatal: the handle
-        stays taken until a later removal succeeds (the stale sweep's, or
-        the agent's when it starts again).
-        """
+        """Delete ARQs; what they held on their hosts is removed in the
+        background (see ``_free``)."""
         before = self._requests(context, uuids, instance_uuid)
         batch = arq_bindings.delete(context, uuids, instance_uuid)
         self._after(batch)
@@ -135,12 +132,19 @@ class Binder:
     def _after(self, batch: arq_bindings.BindBatch,
                started: float | None = None) -> None:
         """What a PATCH or DELETE leaves to do once committed; ``started``
-        is when the PATCH arrived."""
-        if batch.released:
-            self._free(batch.released)
-        # After the mdevs' removal: a handle cleans once its mdev is gone.
+        is when the PATCH arrived. Nothing here waits for an agent: the
+        handles given back are reserved in placement before the answer,
+        and their hosts are asked to remove what they held in the worker
+        pool."""
+        held = ([h['attach_handle_id'] for h in batch.released]
+                + batch.cleaning)
+        if held:
+            self._publish(cyborg_context.get_admin_context(), held)
+        # A handle with an mdev cleans once the mdev is gone (``_free``).
         if batch.cleaning and self.clean is not None:
             self.clean(batch.cleaning)
+        if batch.released:
+            self.executor.submit(self._free, batch.released)
         if batch.resolved:
             self.executor.submit(self._notify, batch.resolved,
                                  batch.instances)
@@ -169,11 +173,48 @@ class Binder:
 
     def _free(self, released: list[dict[str, Any]]) -> int:
         """Remove released handles' mdevs; free the handles of those
-        removed. How many were freed."""
+        removed. How many were freed.
+
+        A host whose agent's service record says it is down is not asked
+        (nothing waits for an RPC timeout): its handles stay released,
+        reserved in placement, until the agent, starting again, removes
+        what no request holds (``ConductorManager.mdevs_removed``) or the
+        stale sweep finds the agent back."""
         context = cyborg_context.get_admin_context()
+        down = services.down_agents(
+            context, sorted({h['host'] for h in released}),
+            self.conf.service_down_time)
+        if down:
+            LOG.info('The agents of host(s) %s are down: attach handle(s) '
+                     '%s stay reserved until they are back.',
+                     ', '.join(sorted(down)),
+                     ', '.join(h['attach_handle_uuid'] for h in released
+                               if h['host'] in down))
         gone = [h['attach_handle_id'] for h in released
-                if self._remove_device_side(context, h)]
-        return attach_handles.free_released(context, gone)
+                if h['host'] not in down
+                and self._remove_device_side(context, h)]
+        freed = attach_handles.free_released(context, gone)
+        self.handles_returned(context, freed)
+        return len(freed)
+
+    def handles_returned(self, context: cyborg_context.RequestContext,
+                         handle_ids: list[int]) -> None:
+        """After the commit that confirmed these released handles'
+        device-side state gone: publish that placement no longer reserves
+        them, and clean those to clean after use."""
+        if not handle_ids:
+            return
+        self._publish(context, handle_ids)
+        if self.clean is not None:
+            self.clean(handle_ids)
+
+    def _publish(self, context: cyborg_context.RequestContext,
+                 handle_ids: list[int]) -> None:
+        """Write the placement of the hosts of these handles."""
+        if self.sync is None:
+            return
+        for hostname in cleaning.hostnames(context, handle_ids):
+            self.sync(hostname)
 
     # Notifications, sent once what they tell of is committed
 

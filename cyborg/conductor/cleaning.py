@@ -24,6 +24,7 @@ from cyborg import context as cyborg_context
 from cyborg.common import exception
 from cyborg.conductor import binding
 from cyborg.db.api import cleaning
+from cyborg.db.api import services
 
 LOG = logging.getLogger(__name__)
 
@@ -56,13 +57,11 @@ class Cleaner:
         self._backoff: dict[int, tuple[float, float]] = {}
 
     def start(self, handle_ids: list[int]) -> None:
-        """After the commit that made ``handle_ids`` cleaning: publish
-        their reservation, then clean them in the worker pool."""
+        """After the commit that made ``handle_ids`` cleaning (the binder
+        has published their reservation): clean those ready in the worker
+        pool."""
         if not handle_ids:
             return
-        context = cyborg_context.get_admin_context()
-        for hostname in cleaning.hostnames(context, handle_ids):
-            self.sync(hostname)
         self.binder.executor.submit(self._clean_ready, handle_ids)
 
     def _clean_ready(self, handle_ids: list[int]) -> None:
@@ -74,7 +73,15 @@ class Cleaner:
               handle: dict[str, Any], since: Any) -> str:
         """One attempt, the one that started at ``since``: ``cleaned``,
         ``maintenance``, ``waiting`` (the agent did not answer) or
-        ``superseded`` (another attempt or an operator changed it)."""
+        ``superseded`` (another attempt or an operator changed it).
+        An agent whose service record says it is down is not asked: the
+        handle waits, without a backoff, for the first pass after the
+        agent is back."""
+        if services.down_agents(context, [handle['host']],
+                                self.conf.service_down_time):
+            cleaning.note(context, handle['id'], since,
+                          'waiting for the agent: its service is down')
+            return 'waiting'
         try:
             self.binder.agent_api.clean_handle(
                 context, handle['host'], handle['driver_name'],

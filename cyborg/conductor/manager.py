@@ -72,6 +72,7 @@ class ConductorManager:
         self.cleaner = cleaning.Cleaner(conf, self.binder,
                                         self.sync_placement)
         self.binder.clean = self.cleaner.start
+        self.binder.sync = self.sync_placement
         # The agent client is the binder's, made at its first use.
         self.layouts = layouts.DeviceLayouts(
             conf, lambda: self.binder.agent_api, self.sync_placement)
@@ -360,8 +361,10 @@ class ConductorManager:
         freed = attach_handles.free_removed(context, host, mdev_uuids)
         if freed:
             LOG.info('Host %s removed the mediated devices of %d released '
-                     'attach handle(s); they are free.', host, freed)
-        return freed
+                     'attach handle(s); they are free (or cleaning, when '
+                     'cleaned after use).', host, len(freed))
+        self.binder.handles_returned(context, freed)
+        return len(freed)
 
     # Attach handles cleaned after use (1.9).
 

@@ -308,8 +308,6 @@ UNBOUND = {'state': 'Unbound', 'hostname': None, 'device_rp_uuid': None,
 @writer
 def apply_patch(context: cyborg_context.RequestContext,
                 binds: dict[str, dict[str, Any]], unbinds: list[str],
-                removed: list[str] | None = None,
-                unbind_failed: list[str] | None = None,
                 find_bitstream: Callable[[str], str] | None = None
                 ) -> BindBatch:
     """Bind and unbind in one transaction.
@@ -321,10 +319,8 @@ def apply_patch(context: cyborg_context.RequestContext,
     A bind sent again as it was applied changes nothing. An instance gets
     requests bound in one PATCH only (its claim, see ``_claim``).
 
-    ``removed`` are unbinds whose mdev the caller removed while they were
-    Bound: their handle is free at once. ``unbind_failed`` are unbinds
-    whose removal failed: they end UnbindFailed and keep their handle.
-    Other unbinds holding an mdev release it (see ``attach_handles.release``).
+    Every unbind ends Unbound; one holding an mdev releases it (see
+    ``attach_handles.release``): the caller has it removed on its host.
     """
     session = context.session
     uuids = list(binds) + list(unbinds)
@@ -341,19 +337,12 @@ def apply_patch(context: cyborg_context.RequestContext,
             batch.states[uuid] = row.state
             batch.repeated.add(uuid)
             del binds[uuid]
-    failed = set(unbind_failed or ())
     going = []
     for uuid in unbinds:
-        if uuid in failed and found[uuid].state != 'BindStarted':
-            _transition(session, uuid, UNBINDABLE, 'unbinding',
-                        {'state': 'UnbindFailed'})
-            batch.states[uuid] = 'UnbindFailed'
-            continue
         _transition(session, uuid, UNBINDABLE, 'unbinding', UNBOUND)
         batch.states[uuid] = 'Unbound'
         going.append(found[uuid])
     batch.released = attach_handles.release(session, going,
-                                            frozenset(removed or ()),
                                             cleaned=batch.cleaning)
     _drop_claims(session, {found[u].instance_uuid for u in unbinds})
     for instance in sorted({b['instance_uuid'] for b in binds.values()}):
@@ -476,21 +465,3 @@ def stale_binds(context: cyborg_context.RequestContext,
                        sa.func.coalesce(ARQ.updated_at, ARQ.created_at)
                        < started_before))}
 
-
-@reader
-def bound_device_side(context: cyborg_context.RequestContext,
-                      uuids: list[str]) -> list[dict[str, Any]]:
-    """The ARQs among ``uuids`` that are bound (not BindStarted: the
-    worker binding those owns their device-side state) to a handle that
-    exists on the host only while bound (an mdev), with what the agent
-    needs to remove it."""
-    rows = context.session.execute(
-        sa.select(ARQ.uuid, AH.id.label('handle_id'),
-                  AH.uuid.label('handle_uuid'), AH.attach_info,
-                  Dep.driver_name, models.Device.host)
-        .join(AH, AH.id == ARQ.attach_handle_id)
-        .join(Dep, Dep.id == AH.deployable_id)
-        .join(models.Device, models.Device.id == Dep.device_id)
-        .where(ARQ.uuid.in_(uuids), ARQ.state != 'BindStarted',
-               AH.attach_type.not_in(attach_handles.INSTANT_TYPES))).all()
-    return [attach_handles.device_side(r.uuid, r) for r in rows]

@@ -109,7 +109,6 @@ def device_side(uuid: str | None, handle: Any) -> dict[str, Any]:
 
 
 def release(session: sa.orm.Session, held: list[Any],
-            removed: frozenset[str] = frozenset(),
             cleaned: list[int] | None = None) -> list[dict[str, Any]]:
     """Give back the attach handles of ARQs going away: ``held`` are rows
     with the ARQ's ``uuid``, ``state``, ``device_profile_group``,
@@ -120,13 +119,13 @@ def release(session: sa.orm.Session, held: list[Any],
     after use (``cleaning.wanted``) is not freed but starts cleaning;
     one with an mdev is cleaned once the mdev is confirmed removed.
 
-    A handle handed out alone is free at once, and so is one whose mdev
-    the caller removed already (``removed``, ARQ uuids). Another one with
-    state on the device's host (an mdev) is released: still taken, until
-    what was made there is confirmed removed (``free_released``). That
-    removal is the caller's (the result, with what the agent needs), or,
-    for an ARQ still BindStarted, that of the worker finishing the bind,
-    which may create it after this.
+    A handle handed out alone is free at once. Another one with state on
+    the device's host (an mdev) is released: still taken, and reserved in
+    placement (its provider is marked to be written again), until what
+    was made there is confirmed removed (``free_released``). That removal
+    is the caller's (the result, with what the agent needs), or, for an
+    ARQ still BindStarted, that of the worker finishing the bind, which
+    may create it after this.
     """
     free, kept, clean = [], [], []
     for arq in held:
@@ -135,8 +134,7 @@ def release(session: sa.orm.Session, held: list[Any],
         if cleaned is not None and cleaning.wanted(arq.device_profile_group,
                                                    arq.handle):
             clean.append(arq.handle_id)
-        if (arq.handle.attach_type in INSTANT_TYPES
-                or (arq.uuid in removed and arq.state != 'BindStarted')):
+        if arq.handle.attach_type in INSTANT_TYPES:
             if arq.handle_id not in clean:
                 free.append(arq.handle_id)
         else:
@@ -147,9 +145,10 @@ def release(session: sa.orm.Session, held: list[Any],
         session.execute(sa.update(AH).where(AH.id.in_(free))
                         .values(in_use=False, released_at=None))
     if kept:
-        session.execute(sa.update(AH).where(AH.id.in_(
-            [a.handle_id for a in kept])).values(
-                released_at=timeutils.utcnow()))
+        ids = [a.handle_id for a in kept]
+        session.execute(sa.update(AH).where(AH.id.in_(ids)).values(
+            released_at=timeutils.utcnow()))
+        cleaning.resync(session, ids)
     if clean:
         assert cleaned is not None
         cleaning.begin(session, clean)
@@ -161,19 +160,30 @@ def release(session: sa.orm.Session, held: list[Any],
 @retry_on_deadlock
 @writer
 def free_released(context: cyborg_context.RequestContext,
-                  handle_ids: list[int]) -> int:
+                  handle_ids: list[int]) -> list[int]:
     """Free released handles whose device-side state is confirmed gone;
-    how many. A handle not released (freed already, or bound again since)
-    is left alone; one to clean after use stays taken, ``cleaning``, now
-    ready for its clean (``cleaning.to_clean``)."""
+    the ids of those no longer released. A handle not released (freed
+    already, or bound again since) is left alone; one to clean after use
+    stays taken, ``cleaning``, now ready for its clean
+    (``cleaning.to_clean``). Their providers are marked to be written
+    again: placement no longer reserves them for the release."""
     if not handle_ids:
-        return 0
-    context.session.execute(sa.update(AH).where(
-        AH.id.in_(handle_ids), AH.released_at.is_not(None),
-        AH.clean_state.is_not(None)).values(released_at=None))
-    return query.changed(context.session, sa.update(AH).where(
-        AH.id.in_(handle_ids), AH.released_at.is_not(None))
+        return []
+    session = context.session
+    ids = list(session.scalars(
+        sa.select(AH.id).where(AH.id.in_(handle_ids),
+                               AH.released_at.is_not(None))
+        .order_by(AH.id).with_for_update()))
+    if not ids:
+        return []
+    session.execute(sa.update(AH).where(
+        AH.id.in_(ids), AH.clean_state.is_not(None))
+        .values(released_at=None))
+    session.execute(sa.update(AH).where(
+        AH.id.in_(ids), AH.released_at.is_not(None))
         .values(in_use=False, released_at=None))
+    cleaning.resync(session, ids)
+    return ids
 
 
 @reader
@@ -216,11 +226,11 @@ def owned_handles(context: cyborg_context.RequestContext, host: str,
 @retry_on_deadlock
 @writer
 def free_removed(context: cyborg_context.RequestContext, host: str,
-                 handle_uuids: list[str]) -> int:
+                 handle_uuids: list[str]) -> list[int]:
     """``free_released`` for an agent that removed what these handles
-    of its host held; how many were freed."""
+    of its host held."""
     if not handle_uuids:
-        return 0
+        return []
     ids = list(context.session.scalars(
         sa.select(AH.id)
         .join(Dep, Dep.id == AH.deployable_id)

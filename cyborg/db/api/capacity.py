@@ -28,9 +28,11 @@ def _per_deployable(hostname: str | None, resource_class: str | None,
           .where(Attr.key == 'rc').subquery('rc'))
     used = (sa.select(Handle.deployable_id,
                       sa.func.count(Handle.id).label('used'))
-            # A handle being cleaned, or held after a failed clean, is
-            # still in use but no request's: placement reserves it.
-            .where(Handle.in_use.is_(True), Handle.clean_state.is_(None))
+            # A handle being cleaned, held after a failed clean, or
+            # released until its host confirms its mdev gone, is still in
+            # use but no request's: placement reserves it.
+            .where(Handle.in_use.is_(True), Handle.clean_state.is_(None),
+                   Handle.released_at.is_(None))
             .group_by(Handle.deployable_id).subquery('used'))
     held = providers.held_back()
     in_use = sa.func.coalesce(used.c.used, 0)
@@ -84,8 +86,8 @@ def get(context: cyborg_context.RequestContext, group_by: str = 'host',
     ``total`` sums their accelerators (placement's inventory total);
     ``used`` counts their attach handles held by requests; ``reserved``
     sums the accelerators placement holds back (``providers.reserved``:
-    all of a held-back deployable, else its handles being cleaned or in
-    maintenance);
+    all of a held-back deployable, else its handles being cleaned, in
+    maintenance or released);
     ``unhealthy`` sums the accelerators of unhealthy devices; and
     ``available`` sums, per deployable, what placement could still
     allocate: nothing while held back, else total minus used and

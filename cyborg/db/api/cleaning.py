@@ -69,7 +69,7 @@ def wanted(group: str | None, handle: Any) -> bool:
     return str(asked).strip().lower() == 'true'
 
 
-def _resync(session: sa.orm.Session, handle_ids: list[int]) -> list[str]:
+def resync(session: sa.orm.Session, handle_ids: list[int]) -> list[str]:
     """Mark the providers of these handles' deployables to be written
     again; their hostnames. Ids read first: an UPDATE with a subquery on
     another table locks every attach handle on MySQL."""
@@ -93,7 +93,7 @@ def begin(session: sa.orm.Session, handle_ids: list[int]) -> list[str]:
     session.execute(sa.update(AH).where(AH.id.in_(handle_ids)).values(
         in_use=True, clean_state='cleaning', clean_reason=None,
         clean_since=now()))
-    return _resync(session, handle_ids)
+    return resync(session, handle_ids)
 
 
 _COLUMNS = (AH.id, AH.uuid, AH.attach_type, AH.attach_info, AH.in_use,
@@ -170,7 +170,7 @@ def finish(context: cyborg_context.RequestContext, handle_id: int,
     done = query.changed(context.session, sa.update(AH).where(
         AH.id == handle_id, AH.clean_state == 'cleaning',
         AH.clean_since == since).values(**values))
-    return _resync(context.session, [handle_id]) if done else []
+    return resync(context.session, [handle_id]) if done else []
 
 
 @retry_on_deadlock
@@ -202,7 +202,7 @@ def _operator_action(context: cyborg_context.RequestContext, uuid: str,
             uuid=uuid, action=action,
             state=state or ('in use' if _in_use(session, row.id)
                             else 'free'))
-    hostnames = _resync(session, [row.id])
+    hostnames = resync(session, [row.id])
     return _get(session, row.id), hostnames
 
 

@@ -92,11 +92,15 @@ def held_back() -> sa.ColumnElement[bool]:
 def reserved() -> sa.ColumnElement[int]:
     """How many of a deployable's accelerators placement reserves: all of
     them while held back, else one per attach handle being cleaned after
-    use or held in maintenance after a failed clean (``cleaning``), never
-    more than it has. The capacity view counts the same way."""
-    unclean = (sa.select(sa.func.count(models.AttachHandle.id))
-               .where(models.AttachHandle.deployable_id == Dep.id,
-                      models.AttachHandle.clean_state.is_not(None))
+    use or held in maintenance after a failed clean (``cleaning``), or
+    released and waiting for its host to confirm its mdev removed
+    (``attach_handles.release``), never more than it has. The capacity
+    view counts the same way."""
+    AH = models.AttachHandle
+    unclean = (sa.select(sa.func.count(AH.id))
+               .where(AH.deployable_id == Dep.id,
+                      sa.or_(AH.clean_state.is_not(None),
+                             AH.released_at.is_not(None)))
                .scalar_subquery())
     return sa.case((held_back(), Dep.num_accelerators),
                    (unclean > Dep.num_accelerators, Dep.num_accelerators),

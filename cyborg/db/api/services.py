@@ -90,3 +90,18 @@ def get_agent(context: cyborg_context.RequestContext, host: str,
     if row is None:
         raise exception.AgentNotFound(host=host)
     return _as_dict(row, _down_after(down_time))
+
+
+@reader
+def down_agents(context: cyborg_context.RequestContext, hosts: list[str],
+                down_time: int = 60) -> set[str]:
+    """Which of ``hosts`` have an agent whose last heartbeat is older
+    than ``down_time`` seconds. A host whose agent never registered is
+    not among them: nothing says it is down."""
+    if not hosts:
+        return set()
+    return set(context.session.scalars(
+        sa.select(models.Service.host).where(
+            models.Service.binary == 'cyborg-agent',
+            models.Service.host.in_(hosts),
+            models.Service.last_seen_at < _down_after(down_time))))

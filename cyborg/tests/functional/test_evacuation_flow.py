@@ -1,0 +1,146 @@
+"""Evacuation from a lost host, end to end, every service a process.
+
+Placement, cyborg-api, a conductor and two agents (the fake driver with
+one vGPU each) run as processes on real RabbitMQ. An instance is bound a
+vGPU on host A through HTTP, as Nova binds it; host A's agent is killed
+(SIGKILL); Nova's evacuation deletes the instance's requests, which
+answers without waiting for host A, and binds new ones on host B. Host A's
+handle stays taken and reserved in placement until its agent starts again
+and removes the mdev, and is offered again then.
+"""
+import uuid
+
+import pytest
+import requests
+
+from cyborg.tests import placement_server
+from cyborg.tests.functional import gate_stack
+
+NODES = {'agent-a': 'evac-node-a', 'agent-b': 'evac-node-b'}
+HEADERS = {'X-Auth-Token': 'admin',
+           'OpenStack-API-Version': 'accelerator 2.8'}
+
+
+def _reserved(placement, root):
+    return sum(inventory['reserved'] for rp in placement.tree(root)
+               for inventory in placement.inventories(rp).values())
+
+
+def _handles(stack, hostname):
+    answer = requests.get(f'{stack.api_url}/attach_handles',
+                          headers=HEADERS, timeout=10).json()
+    return [h for h in answer['attach_handles']
+            if h['hostname'] == hostname]
+
+
+def _bind(api, node, rp):
+    """A new instance with one vGPU request bound on ``node``; (instance,
+    ARQ uuid)."""
+    arq = requests.post(
+        f'{api}/accelerator_requests', headers=HEADERS, timeout=30,
+        json={'device_profile_name': 'evac-vgpu'}).json()['arqs'][0]
+    instance = str(uuid.uuid4())
+    answer = requests.patch(
+        f'{api}/accelerator_requests', headers=HEADERS, timeout=30,
+        json={arq['uuid']: [
+            {'path': '/hostname', 'op': 'add', 'value': node},
+            {'path': '/device_rp_uuid', 'op': 'add', 'value': rp},
+            {'path': '/instance_uuid', 'op': 'add', 'value': instance}]})
+    assert answer.status_code == 202, answer.text
+    return instance, arq['uuid']
+
+
+def _state(api, arq):
+    return requests.get(f'{api}/accelerator_requests/{arq}',
+                        headers=HEADERS, timeout=10).json()['state']
+
+
+@pytest.mark.parametrize('backend', ['mysql'], indirect=True)
+def test_evacuation_from_a_killed_host(tmp_path, rabbit_url, db_engine,
+                                       empty_db_url, fake_nova):
+    stack = gate_stack.Stack(tmp_path, rabbit_url, empty_db_url,
+                             fake_nova.endpoint, fake_nova.token)
+    stack.add_placement()
+    stack.add_api()
+    # A worker asking host A before its service is known down gives up
+    # after this.
+    stack.add_conductor('conductor1', extra={
+        'conductor': {'bind_timeout': 5}})
+    for host, node in NODES.items():
+        stack.add_agent(host, node, 0, 1, extra={'fake_driver': {
+            'vgpu_device_count': 1, 'vgpus_per_device': 1}})
+    placement = placement_server.Placement(stack.placement_url)
+    api = stack.api_url
+    a, b = NODES.values()
+    try:
+        stack.start('placement', 'conductor1', 'api')
+        gate_stack.wait_for(stack.placement_up, 'placement to answer', 60)
+        roots = {node: placement.create_compute_node(node)['uuid']
+                 for node in NODES.values()}
+        stack.ready('conductor1')
+        stack.start(*NODES)
+        stack.ready(*NODES)
+        gate_stack.wait_for(stack.api_up, 'the API to answer', 60)
+        gate_stack.wait_for(
+            lambda: all(placement.tree(r) for r in roots.values()),
+            'both hosts in placement', 60, interval=0.5)
+        rps = {node: next(iter(placement.tree(root)))
+               for node, root in roots.items()}
+        answer = requests.post(f'{api}/device_profiles', headers=HEADERS,
+                               timeout=30, json=[{
+                                   'name': 'evac-vgpu',
+                                   'groups': [{'resources:VGPU': '1'}]}])
+        assert answer.status_code == 201, answer.text
+
+        instance, arq = _bind(api, a, rps[a])
+        gate_stack.wait_for(lambda: _state(api, arq) == 'Bound',
+                            'the vGPU bound on host A', 30, interval=0.5)
+        [taken] = _handles(stack, a)
+        assert taken['in_use']
+
+        stack.processes['agent-a'].kill()
+        # Nova evacuates: it deletes the instance's requests...
+        answer = requests.delete(
+            f'{api}/accelerator_requests?instance={instance}',
+            headers=HEADERS, timeout=30)
+        assert answer.status_code == 204, answer.text
+        answer = requests.get(f'{api}/accelerator_requests/{arq}',
+                              headers=HEADERS, timeout=10)
+        assert answer.status_code == 404
+        # ... and binds new ones on host B, which work.
+        _, moved = _bind(api, b, rps[b])
+        gate_stack.wait_for(lambda: _state(api, moved) == 'Bound',
+                            'the vGPU bound on host B', 30, interval=0.5)
+        # Host A's vGPU may still exist: not offered, not bindable.
+        [held] = _handles(stack, a)
+        assert held['in_use']
+        assert _reserved(placement, roots[a]) == 1
+        _, refused = _bind(api, a, rps[a])
+        gate_stack.wait_for(lambda: _state(api, refused) == 'BindFailed',
+                            'the bind on host A to fail', 30, interval=0.5)
+        answer = requests.delete(
+            f'{api}/accelerator_requests?arqs={refused}', headers=HEADERS,
+            timeout=30)
+        assert answer.status_code == 204, answer.text
+
+        # Host A's agent starts again: it removes the mdev, and the
+        # handle is back in service.
+        stack.start('agent-a')
+        stack.ready('agent-a')
+        gate_stack.wait_for(
+            lambda: not any(h['in_use'] for h in _handles(stack, a)),
+            'host A\'s handle to be free', 60, interval=0.5)
+        gate_stack.wait_for(
+            lambda: _reserved(placement, roots[a]) == 0,
+            'placement to offer host A\'s handle', 30, interval=0.5)
+        _, again = _bind(api, a, rps[a])
+        gate_stack.wait_for(lambda: _state(api, again) == 'Bound',
+                            'the vGPU bound on host A again', 30,
+                            interval=0.5)
+    except BaseException:
+        print(stack.tails())
+        raise
+    finally:
+        codes = stack.stop_all()
+    assert codes.pop('placement') in (0, -15), stack.tails()
+    assert codes == dict.fromkeys(codes, 0), (codes, stack.tails())
