@@ -44,17 +44,19 @@ def _domain(guest: object) -> Domain:
 
 
 def _identity(element: ElementTree.Element) -> dict[str, str] | None:
-    """What tells ``element``'s device apart in a domain: its source
-    address, else its alias; None when it has neither."""
-    found = element.find('source/address')
-    if found is None:
-        found = element.find('alias')
-    return None if found is None else dict(found.attrib)
+    """What tells ``element``'s device apart in a domain, as libvirt
+    matches it: its source address (a hostdev), else its address in the
+    guest; None when it has neither."""
+    for path in ('source/address', 'address'):
+        found = element.find(path)
+        if found is not None:
+            return dict(found.attrib)
+    return None
 
 
 def in_domain(domain_xml: str, device_xml: str) -> bool:
     """Whether the domain of ``domain_xml`` holds the device of
-    ``device_xml``, found by its source address or alias."""
+    ``device_xml``, found by its source address or guest address."""
     device = ElementTree.fromstring(device_xml)
     wanted = _identity(device)
     if wanted is None:
