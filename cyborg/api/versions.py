@@ -25,6 +25,7 @@ VERSIONS = (
     (2, 6),  # device health, the impact of taking a device out
     (2, 7),  # GET /capacity
     (2, 8),  # the device lifecycle: drivers per host, layouts, cleaning
+    (2, 9),  # live attach and detach: binds to an instance with bound ARQs
 )
 MIN_VERSION = VERSIONS[0]
 MAX_VERSION = VERSIONS[-1]

@@ -102,15 +102,15 @@ class Binder:
     # The PATCH and DELETE of the API
 
     def apply_patch(self, context: cyborg_context.RequestContext,
-                    binds: dict[str, dict[str, Any]], unbinds: list[str]
-                    ) -> arq_bindings.BindBatch:
+                    binds: dict[str, dict[str, Any]], unbinds: list[str],
+                    live: bool = False) -> arq_bindings.BindBatch:
         started = time.monotonic()
         before = self._requests(context, unbinds)
         # One Glance look-up per function the PATCH names, however many
         # of its requests name it, and on a deadlock's retry too.
         batch = arq_bindings.apply_patch(
             context, binds, unbinds,
-            find_bitstream=functools.cache(self._find_bitstream))
+            find_bitstream=functools.cache(self._find_bitstream), live=live)
         self.bind_durations.observe(batch.resolved, started)
         self._after(batch, started)
         self._announce(context, self.notifier.arq_unbind, before,

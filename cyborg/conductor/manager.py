@@ -59,7 +59,7 @@ class ConductorManager:
     """Turns agent reports and heartbeats into database rows, publishes
     them to placement and binds accelerator requests."""
 
-    target = messaging.Target(version='1.9')
+    target = messaging.Target(version='1.10')
 
     def __init__(self, conf: cfg.ConfigOpts,
                  placement: placement_sync.PlacementSync | None = None,
@@ -187,8 +187,8 @@ class ConductorManager:
     @messaging.expected_exceptions(exception.CyborgException)
     def arq_apply_patch(self, context: cyborg_context.RequestContext,
                         binds: dict[str, dict[str, Any]],
-                        unbinds: list[str]) -> None:
-        self.binder.apply_patch(context, binds, unbinds)
+                        unbinds: list[str], live: bool = False) -> None:
+        self.binder.apply_patch(context, binds, unbinds, live=live)
 
     @messaging.expected_exceptions(exception.CyborgException)
     def arq_delete(self, context: cyborg_context.RequestContext,

@@ -48,9 +48,12 @@ class ConductorAPI:
     * 1.9 - The device lifecycle: drivers managed per host, cleaning of
       attach handles after use, device layouts and preparation (see each
       method's docstring).
+    * 1.10 - ``arq_apply_patch`` takes ``live``: binds to an instance
+      that has bound requests (live attach), and unbinding a request
+      that is not bound is refused.
     """
 
-    RPC_API_VERSION = '1.9'
+    RPC_API_VERSION = '1.10'
 
     def __init__(self, conf: cfg.ConfigOpts, create_batch: int = 1) -> None:
         """``create_batch`` > 1: ``arq_create`` calls made at the same
@@ -179,8 +182,12 @@ class ConductorAPI:
 
     def arq_apply_patch(self, context: Context,
                         binds: dict[str, dict[str, Any]],
-                        unbinds: list[str]) -> None:
-        """Bind and unbind a batch of accelerator requests."""
+                        unbinds: list[str], live: bool = False) -> None:
+        """Bind and unbind a batch of accelerator requests; ``live``
+        (1.10) as ``arq_bindings.apply_patch`` takes it."""
+        if live:
+            return self._call(context, '1.10', 'arq_apply_patch',
+                              binds=binds, unbinds=unbinds, live=True)
         return self._call(context, '1.1', 'arq_apply_patch', binds=binds,
                           unbinds=unbinds)
 

@@ -11,6 +11,15 @@ with the VANs ``plug`` returned once the guest is gone::
     ...  # add each van.config to the guest, keep the VANs
     os_acc.unplug(instance, vans)
 
+To a running instance, :func:`attach` gives the requests bound to it
+afterwards (API microversion 2.9), and :func:`detach` takes some back,
+each with the guest as the hypervisor's API names it (libvirt: the
+``virDomain``)::
+
+    vans = os_acc.attach(instance, new_arqs, guest=domain)
+    ...
+    os_acc.detach(instance, vans, guest=domain)
+
 ``instance`` is Nova's Instance, or anything else with a ``uuid``
 (:class:`InstanceInfo`).
 """
@@ -140,6 +149,41 @@ def unplug(instance: objects.Instance, vans: Sequence[objects.VAN]) -> None:
     was kept), newest first. Every VAN is tried; UnplugFailed names those
     that could not be released."""
     _loaded().unplug(instance, vans)
+
+
+def attach(instance: objects.Instance, arqs: Sequence[object],
+           guest: object, plugin: str = 'libvirt') -> list[objects.VAN]:
+    """Give ``arqs``, bound to the running ``instance``, to its ``guest``:
+    prepare each device half, have ``plugin`` make each instance half,
+    then attach each to the guest, now and in its persistent definition.
+
+    Returns one VAN per request, as :func:`plug` does; keep them for
+    :func:`detach` or :func:`unplug`. If anything fails, the devices
+    this call attached are detached again and what it prepared is
+    undone, newest first, and AttachFailed names the request, the step
+    and the cause (and anything that could not be undone). A request
+    that cannot be attached as it is raises InvalidARQ, and a plugin
+    that cannot attach to running guests NotLive, before anything is
+    done.
+    """
+    return _loaded().attach(instance, arqs, plugin, guest)
+
+
+def detach(instance: objects.Instance,
+           vans_or_arqs: Sequence[objects.VAN | object], guest: object,
+           plugin: str = 'libvirt') -> None:
+    """Take devices from the running ``instance``'s ``guest``, then
+    release them, newest first.
+
+    Each of ``vans_or_arqs`` is a VAN from :func:`plug` or :func:`attach`,
+    or, when it was not kept, the Bound request as the API returns it:
+    ``plugin`` then describes its device afresh, and the device half is
+    left as it is (what it changed is recorded only in the VAN). Every
+    one is tried; DetachFailed names those the guest kept (still attached
+    and prepared) or whose device half could not be released. Unbind the
+    requests in Cyborg afterwards.
+    """
+    _loaded().detach(instance, vans_or_arqs, plugin, guest)
 
 
 def host_info() -> objects.HostInfo:

@@ -95,3 +95,27 @@ class InstancePlugin(Extension, abc.ABC):
 
     def unplug(self, instance: objects.Instance, van: objects.VAN) -> None:
         """Undo :meth:`plug`; by default there is nothing to undo."""
+
+    #: Whether :meth:`attach` and :meth:`detach` work on running guests.
+    live: ClassVar[bool] = False
+
+    def check_guest(self, guest: object) -> None:
+        """TypeError unless :meth:`attach` and :meth:`detach` take
+        ``guest``; called before anything is done."""
+
+    def attach(self, instance: objects.Instance, van: objects.VAN,
+               guest: object) -> None:
+        """Give ``van``'s device (its ``config``) to ``guest``, the running
+        ``instance`` as the hypervisor's API names it (libvirt: its
+        ``virDomain``), now and in its persistent definition. Raising
+        leaves the guest without it."""
+        raise NotImplementedError(f'{self.name} cannot attach to a running '
+                                  'instance')
+
+    def detach(self, instance: objects.Instance, van: objects.VAN,
+               guest: object) -> None:
+        """Take ``van``'s device from ``guest``, now and in its persistent
+        definition; raise unless it is gone, since its device half is
+        released next."""
+        raise NotImplementedError(f'{self.name} cannot detach from a '
+                                  'running instance')

@@ -49,6 +49,20 @@ class PlugFailed(OsAccException):
         return str(self.kwargs.get('arq', ''))
 
 
+class AttachFailed(PlugFailed):
+    """A step of a live attach failed; what that call had done was
+    undone."""
+
+    msg_fmt = ('Attaching accelerator request %(arq)s to running instance '
+               '%(instance)s failed at %(step)s: %(reason)s. Everything this '
+               'attach had done was undone%(leftovers)s.')
+
+
+class NotLive(OsAccException):
+    msg_fmt = ('os-acc instance plugin %(plugin)s cannot attach devices to, '
+               'or detach them from, a running instance.')
+
+
 class InvalidVAN(OsAccException):
     msg_fmt = 'Cannot use VAN %(van)s: %(reason)s'
 
@@ -58,6 +72,14 @@ class UnplugFailed(OsAccException):
 
     msg_fmt = ('Releasing accelerator request(s) %(arqs)s of instance '
                '%(instance)s failed: %(reason)s')
+
+
+class DetachFailed(OsAccException):
+    """Some devices could not be taken from the running instance, and
+    stay attached and prepared; the others were detached and released."""
+
+    msg_fmt = ('Detaching accelerator request(s) %(arqs)s from running '
+               'instance %(instance)s failed: %(reason)s')
 
 
 class DeviceError(OsAccException):

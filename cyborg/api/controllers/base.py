@@ -32,6 +32,10 @@ CAPACITY_VERSION = (2, 7)
 # The first microversion of the device lifecycle: drivers managed per
 # host, device layouts, preparation and cleaning.
 LIFECYCLE_VERSION = (2, 8)
+# The first microversion of live attach and detach: a PATCH may bind
+# requests to an instance that has bound ones, and unbinding one that is
+# not bound is a 409.
+LIVE_ATTACH_VERSION = (2, 9)
 
 
 class JsonType(wtypes.UserType):

@@ -106,6 +106,50 @@ def _claim(session: sa.orm.Session, instance_uuid: str) -> bool:
     return bool(query.changed(session, insert))
 
 
+def _join_claim(session: sa.orm.Session, instance_uuid: str,
+                binds: dict[str, dict[str, Any]]) -> None:
+    """Let ``binds`` join the requests that ``instance_uuid``'s claim
+    already holds (a live attach): only requests of the same project, on
+    the host of those bound already; Conflict otherwise.
+
+    The claim's row and the instance's requests are read locked, so that
+    a concurrent bind or unbind of the instance waits for this one.
+    """
+    session.execute(sa.select(Claim.id).where(
+        Claim.instance_uuid == instance_uuid).with_for_update())
+    held = session.execute(
+        sa.select(ARQ.uuid, ARQ.project_id, ARQ.hostname, ARQ.state)
+        .where(ARQ.instance_uuid == instance_uuid,
+               ARQ.uuid.not_in(list(binds)))
+        .with_for_update()).all()
+    if not held:
+        # A claim whose requests are going: nobody else holds the instance.
+        return
+    projects = {row.project_id for row in held}
+    joining = {row.uuid: row.project_id for row in session.execute(
+        sa.select(ARQ.uuid, ARQ.project_id).where(
+            ARQ.uuid.in_(list(binds))))}
+    for uuid, binding in sorted(binds.items()):
+        project = binding.get('project_id') or joining.get(uuid)
+        if projects != {project}:
+            # Named as the caller sent it; the other project stays unnamed.
+            raise exception.Conflict(
+                reason=f'Cannot bind accelerator request {uuid} to instance '
+                       f'{instance_uuid}: the instance holds accelerator '
+                       'requests of another project. Bind it to an '
+                       'instance of its own project.')
+    hosts = sorted({row.hostname for row in held
+                    if row.hostname and row.state in BOUND_TO})
+    for uuid, binding in sorted(binds.items()):
+        if hosts and binding['hostname'] not in hosts:
+            raise exception.Conflict(
+                reason=f'Cannot bind accelerator request {uuid} to instance '
+                       f'{instance_uuid} on host {binding["hostname"]}: the '
+                       f'instance\'s other accelerator requests are bound on '
+                       f'{", ".join(hosts)}, where the instance runs. Bind it '
+                       'to a device of that host.')
+
+
 def _drop_claims(session: sa.orm.Session, instances: set[str | None]
                  ) -> None:
     """Delete the claims of the instances given that no ARQ refers to
@@ -308,8 +352,8 @@ UNBOUND = {'state': 'Unbound', 'hostname': None, 'device_rp_uuid': None,
 @writer
 def apply_patch(context: cyborg_context.RequestContext,
                 binds: dict[str, dict[str, Any]], unbinds: list[str],
-                find_bitstream: Callable[[str], str] | None = None
-                ) -> BindBatch:
+                find_bitstream: Callable[[str], str] | None = None,
+                live: bool = False) -> BindBatch:
     """Bind and unbind in one transaction.
 
     A bind whose resource provider has no deployable on that host, whose
@@ -317,7 +361,10 @@ def apply_patch(context: cyborg_context.RequestContext,
     that needs the device's host (an FPGA to program, a vGPU to create)
     is left BindStarted with its handle taken, for the conductor to finish.
     A bind sent again as it was applied changes nothing. An instance gets
-    requests bound in one PATCH only (its claim, see ``_claim``).
+    requests bound in one PATCH only (its claim, see ``_claim``), unless
+    ``live`` (microversion 2.9): then binds may join the requests its claim
+    holds, as ``_join_claim`` allows, an ARQ bound elsewhere is a Conflict
+    naming its binding, and so is an unbind of an ARQ that is not bound.
 
     Every unbind ends Unbound; one holding an mdev releases it (see
     ``attach_handles.release``): the caller has it removed on its host.
@@ -337,6 +384,20 @@ def apply_patch(context: cyborg_context.RequestContext,
             batch.states[uuid] = row.state
             batch.repeated.add(uuid)
             del binds[uuid]
+        elif live and row.state not in BINDABLE:
+            raise exception.Conflict(
+                reason=f'Accelerator request {uuid} is {row.state}, bound '
+                       f'to instance {row.instance_uuid} on host '
+                       f'{row.hostname}. Unbind it first (a PATCH of '
+                       '"remove" operations) to bind it elsewhere.')
+    if live:
+        for uuid in unbinds:
+            if found[uuid].state in BINDABLE:
+                raise exception.Conflict(
+                    reason=f'Accelerator request {uuid} is '
+                           f'{found[uuid].state}: it is bound to no '
+                           'instance, so there is nothing to unbind. Leave '
+                           'it out of the PATCH.')
     going = []
     for uuid in unbinds:
         _transition(session, uuid, UNBINDABLE, 'unbinding', UNBOUND)
@@ -347,6 +408,11 @@ def apply_patch(context: cyborg_context.RequestContext,
     _drop_claims(session, {found[u].instance_uuid for u in unbinds})
     for instance in sorted({b['instance_uuid'] for b in binds.values()}):
         if not _claim(session, instance):
+            if live:
+                _join_claim(session, instance, {
+                    u: b for u, b in binds.items()
+                    if b['instance_uuid'] == instance})
+                continue
             # The claim may be another project's, whose requests must never
             # share a server with the caller's: refused, with the answer
             # the caller gets for its own instance, naming nothing but

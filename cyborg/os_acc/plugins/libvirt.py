@@ -6,11 +6,64 @@ address in ``0x`` hex (the handle's ``device`` is libvirt's ``slot``) and
 type='mdev'>`` naming the mdev by uuid, with the model of the mdev type's
 device API. TEST_PCI handles name functions that do not exist, so, as in
 Nova, nothing is attached for them.
+
+On a running guest (``attach``, ``detach``) each element goes through the
+domain's ``attachDeviceFlags`` and ``detachDeviceFlags``, live and in the
+persistent definition at once.
 """
+from typing import Protocol
+from typing import runtime_checkable
 from xml.etree import ElementTree
 
 from cyborg.os_acc import base
+from cyborg.os_acc import exception
 from cyborg.os_acc import objects
+
+# libvirt's virDomainModificationImpact, without importing libvirt: the
+# running guest, and the definition it starts from next time.
+AFFECT_LIVE = 1
+AFFECT_CONFIG = 2
+
+
+@runtime_checkable
+class Domain(Protocol):
+    """What the plugin uses of a ``libvirt.virDomain``."""
+
+    def attachDeviceFlags(self, xml: str, flags: int = 0) -> int: ...
+
+    def detachDeviceFlags(self, xml: str, flags: int = 0) -> int: ...
+
+    def XMLDesc(self, flags: int = 0) -> str: ...
+
+
+def _domain(guest: object) -> Domain:
+    if not isinstance(guest, Domain):
+        raise TypeError(f'the guest is a {type(guest).__name__}, not a '
+                        'libvirt virDomain')
+    return guest
+
+
+def _identity(element: ElementTree.Element) -> dict[str, str] | None:
+    """What tells ``element``'s device apart in a domain, as libvirt
+    matches it: its source address (a hostdev), else its address in the
+    guest; None when it has neither."""
+    for path in ('source/address', 'address'):
+        found = element.find(path)
+        if found is not None:
+            return dict(found.attrib)
+    return None
+
+
+def in_domain(domain_xml: str, device_xml: str) -> bool:
+    """Whether the domain of ``domain_xml`` holds the device of
+    ``device_xml``, found by its source address or guest address."""
+    device = ElementTree.fromstring(device_xml)
+    wanted = _identity(device)
+    if wanted is None:
+        return False
+    return any(_identity(found) == wanted for found in
+               ElementTree.fromstring(domain_xml).iterfind(
+                   f'devices/{device.tag}'))
 
 
 def _hostdev(hostdev_type: str, managed: bool, **extra: str
@@ -59,3 +112,29 @@ class LibvirtPlugin(base.InstancePlugin):
                 or str(van.attach_handle_uuid),
                 van.device_info.get('device_api', 'vfio-pci'))
         return None
+
+    live = True
+
+    def check_guest(self, guest: object) -> None:
+        _domain(guest)
+
+    def attach(self, instance: objects.Instance, van: objects.VAN,
+               guest: object) -> None:
+        if van.config is not None:
+            _domain(guest).attachDeviceFlags(van.config,
+                                             AFFECT_LIVE | AFFECT_CONFIG)
+
+    def detach(self, instance: objects.Instance, van: objects.VAN,
+               guest: object) -> None:
+        """Ask libvirt to detach, then look: a guest may not let go of a
+        PCI device (its OS must answer the unplug), and libvirt returns
+        once it has asked."""
+        if van.config is None:
+            return
+        domain = _domain(guest)
+        domain.detachDeviceFlags(van.config, AFFECT_LIVE | AFFECT_CONFIG)
+        if in_domain(domain.XMLDesc(0), van.config):
+            raise exception.DeviceError(
+                reason=f'instance {instance.uuid} has not released the '
+                       'device yet (its guest OS must accept the unplug); '
+                       'detach it again later')

@@ -125,7 +125,9 @@ class ARQsController(rest.RestController):
         _require_service_token(ctx)
         # Every request must be visible to the caller: 404 otherwise.
         arq_db.get_by_uuids(ctx, list(binds) + unbinds, _project_scope(ctx))
-        pecan.request.conductor_api.arq_apply_patch(ctx, binds, unbinds)
+        pecan.request.conductor_api.arq_apply_patch(
+            ctx, binds, unbinds,
+            live=base.version_at_least(*base.LIVE_ATTACH_VERSION))
 
     @expose(None, wtypes.text, wtypes.text, wtypes.text,
             status_code=HTTPStatus.NO_CONTENT)
