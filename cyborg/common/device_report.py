@@ -30,6 +30,20 @@ DRIVER_STATES = ('ok', 'no devices', 'failed', 'disabled')
 LAYOUT_STATES = ('pending', 'applying', 'applied', 'failed')
 # An attach handle being cleaned after use, or held after a failed clean.
 CLEAN_STATES = ('cleaning', 'maintenance')
+# The attach-info key, and its value, of an MDEV attach handle whose mdev
+# nova-compute creates and removes itself (``[gpu_devices] mdev_creator``
+# and ``[generic_pci] mdev_creator`` set to ``nova``): its binds need no
+# agent, and nothing of it is left on the host once released.
+MDEV_CREATOR = 'mdev_creator'
+NOVA_CREATES = 'nova'
+
+
+def nova_creates_mdev(attach_type: str, attach_info: dict[str, Any]
+                      ) -> bool:
+    """Whether nova-compute, not cyborg, creates and removes the mdev of
+    this attach handle."""
+    return (attach_type == 'MDEV'
+            and attach_info.get(MDEV_CREATOR) == NOVA_CREATES)
 
 
 def canonical_json(value: Any) -> str:

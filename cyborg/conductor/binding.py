@@ -1,7 +1,8 @@
 """Binding accelerator requests, and telling Nova when a bind ended.
 
 A PATCH is applied in one transaction (``arq_bindings.apply_patch``): instant
-binds (PCI, TEST_PCI handles) end there, Bound or BindFailed. Binds that
+binds (PCI, TEST_PCI handles, and MDEV handles whose mdev nova-compute
+creates: ``attach_handles.instant``) end there, Bound or BindFailed. Binds that
 need the device's host (programming an FPGA, creating a vGPU) are left
 BindStarted; a worker thread asks the host's agent, within
 ``[conductor] bind_timeout``, and ends them Bound or BindFailed. Each PATCH
@@ -314,8 +315,9 @@ class Binder:
             self.bind_durations.observe(ended, started)
         # What was made for a bind that failed, or whose ARQ was unbound
         # or deleted meanwhile, goes: its handle waits for that.
-        undo = [j for j in jobs if j['attach_type'] not in
-                attach_handles.INSTANT_TYPES
+        undo = [j for j in jobs
+                if not attach_handles.instant(j['attach_type'],
+                                              j['attach_info'])
                 and ended.get(j['arq_uuid']) != 'Bound']
         if undo:
             self._free(undo)
@@ -389,7 +391,8 @@ class Binder:
 
     def _create_device_side(self, context: cyborg_context.RequestContext,
                             job: Job, deadline: float) -> None:
-        if job['attach_type'] != 'MDEV':
+        if job['attach_type'] != 'MDEV' or attach_handles.instant(
+                job['attach_type'], job['attach_info']):
             return
         self.agent_api.create_mdev(
             context, job['host'], job['driver_name'], job['attach_info'],

@@ -2,6 +2,7 @@
 from oslo_config import cfg
 
 from cyborg.conf.lifecycle import lifecycle_opts
+from cyborg.conf.mdev import mdev_opts
 
 generic_pci_group = cfg.OptGroup(
     'generic_pci',
@@ -41,6 +42,8 @@ generic_pci_opts: list[cfg.Opt] = [
 generic_pci_opts += lifecycle_opts(
     'functions of the generic_pci driver',
     "a function-level reset through the function's sysfs reset file")
+generic_pci_opts += mdev_opts('functions of the generic_pci driver under '
+                              'an mdev layout')
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:

@@ -2,6 +2,7 @@
 from oslo_config import cfg
 
 from cyborg.conf.lifecycle import lifecycle_opts
+from cyborg.conf.mdev import mdev_opts
 
 gpu_group = cfg.OptGroup(
     'gpu_devices',
@@ -10,7 +11,8 @@ gpu_group = cfg.OptGroup(
          'controller) of the host. A GPU is passed through whole '
          '(resource class PGPU) unless these options give it a vGPU type; '
          'then it is reported as that many vGPUs (resource class VGPU), '
-         'created as mediated devices when an instance is bound to them.')
+         'created as mediated devices when an instance is bound to them '
+         '(by the agent, or by nova-compute: see mdev_creator).')
 
 gpu_opts: list[cfg.Opt] = [
     cfg.ListOpt(
@@ -47,6 +49,7 @@ gpu_opts += lifecycle_opts(
     'NVIDIA GPUs of the nvidia_gpu driver',
     "a vGPU's mediated device is removed and created again; a whole GPU "
     'gets a function-level reset through its sysfs reset file')
+gpu_opts += mdev_opts('vGPUs of the nvidia_gpu driver')
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:

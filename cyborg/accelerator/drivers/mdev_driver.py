@@ -8,7 +8,14 @@ one vGPU per VF), has ``mdev_supported_types``. An mdev layout
 MDEV attach handles of ``mdev_type``, each naming the function its mdev is
 created on; ``mdev_count`` 0 gives the device back whole. The mdevs
 themselves are created when an instance is bound to a handle (the
-handle's uuid becomes the mdev's) and removed when it is released.
+handle's uuid becomes the mdev's) and removed when it is released: by the
+agent, or, with the driver group's ``mdev_creator = nova``, by
+nova-compute (Nova 2026.2 and later), which makes a persistent mdev from
+the bound request's attach handle. The handles of such a driver say so in
+their attach info (``"mdev_creator": "nova"``), which is how the conductor
+knows their binds are instant and the agent that their mdevs are not its
+own. Either way an mdev of the type that exists on the device counts as
+one of its handles (the one it was created for), never as a foreign one.
 
 Creating and removing mdevs writes to sysfs
 (``mdev_supported_types/<type>/create``, the mdev's ``remove``), which
@@ -28,10 +35,12 @@ from oslo_utils import uuidutils
 from cyborg.accelerator import pci
 from cyborg.accelerator.drivers import pci_lifecycle
 from cyborg.accelerator.drivers.pci_driver import PciDriver
+from cyborg.common import device_report
 from cyborg.common import exception
 from cyborg.common.device_report import DriverAttachHandle
 from cyborg.common.device_report import DriverDevice
 from cyborg.common.device_report import check_layout
+from cyborg.conf import mdev as mdev_conf
 
 #: An mdev type is a directory name: no '/', no '..', no ':'.
 TYPE_ID_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}$')
@@ -88,6 +97,14 @@ class MdevDriver(PciDriver):
         # so they need not outlive the process.
         self.mdev_layouts: dict[str, tuple[str, int]] = {}
 
+    @property
+    def nova_creates(self) -> bool:
+        """Whether nova-compute creates and removes the mdevs
+        (``[<conf_group>] mdev_creator = nova``)."""
+        return (self.conf_group is not None
+                and self.conf[self.conf_group].mdev_creator
+                == mdev_conf.NOVA)
+
     def default_mdev_type(self, address: str) -> str | None:
         """The mdev type the configuration gives the device at
         ``address`` before any layout; none by default."""
@@ -116,10 +133,15 @@ class MdevDriver(PciDriver):
             # The layout restricts what is offered; the mdevs themselves
             # are still created when an instance is bound to a handle.
             hosts = hosts[:count]
+        # Nova's own handles, so that switching changes every handle: one
+        # in use stays with whoever created its mdev until released.
+        owner = ({device_report.MDEV_CREATOR: device_report.NOVA_CREATES}
+                 if self.nova_creates else {})
         handles = []
         for n, parent in enumerate(hosts):
             info = parent.attach_info()
-            info.update(asked_type=type_id, vgpu_mark=f'{type_id}_{n}')
+            info.update(asked_type=type_id, vgpu_mark=f'{type_id}_{n}',
+                        **owner)
             handles.append(DriverAttachHandle(attach_type='MDEV',
                                               attach_info=info))
         return handles
@@ -233,10 +255,17 @@ class MdevDriver(PciDriver):
         """An MDEV handle: remove its mdev (``mdev_uuid`` in the attach
         info, the handle's uuid) and create it again, which hands the next
         tenant an mdev whose memory the host driver cleared; one that
-        does not exist holds nothing to clean. A PCI handle (a whole
+        does not exist holds nothing to clean. An mdev nova-compute
+        creates is never touched: Nova removed it with its instance, and
+        the next one it creates starts cleared. A PCI handle (a whole
         device): function-level reset."""
         if handle.attach_type != 'MDEV':
             super().clean(handle)
+            return
+        if device_report.nova_creates_mdev(handle.attach_type,
+                                           handle.attach_info):
+            self.log.debug('The mdev of %s is nova-compute\'s: nothing to '
+                           'clean.', handle.attach_info)
             return
         mdev_uuid = handle.attach_info.get('mdev_uuid', '')
         parent, _, mdev_uuid = self._mdev_target(
@@ -263,11 +292,16 @@ class MdevDriver(PciDriver):
     def _mdev_target(self, action: str, attach_info: dict[str, str],
                      mdev_uuid: str, need_type: bool
                      ) -> tuple[str, str, str]:
-        """(parent address, mdev type, uuid) of an MDEV attach handle."""
+        """(parent address, mdev type, uuid) of an MDEV attach handle;
+        DeviceActionError for one whose mdev nova-compute creates and
+        removes, which the agent never does."""
         def fail(reason: str) -> exception.DeviceActionError:
             return exception.DeviceActionError(
                 action=action, device=str(attach_info), reason=reason)
 
+        if device_report.nova_creates_mdev('MDEV', attach_info):
+            raise fail('nova-compute creates and removes the mdevs of this '
+                       'attach handle')
         try:
             address = '{domain}:{bus}:{device}.{function}'.format(
                 **attach_info).lower()

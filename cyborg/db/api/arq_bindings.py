@@ -291,7 +291,8 @@ def _bind(session: sa.orm.Session, uuid: str, binding: dict[str, Any],
         values.update(attach_handle_id=handle.id,
                       deployable_id=deployable.id)
         if (program or waits
-                or handle.attach_type not in attach_handles.INSTANT_TYPES):
+                or not attach_handles.instant(handle.attach_type,
+                                              handle.attach_info)):
             values['state'] = 'BindStarted'
             batch.jobs.append(dict(
                 _job(deployable, handle), arq_uuid=uuid,

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from oslo_utils import timeutils
 
 from cyborg import context as cyborg_context
+from cyborg.common import device_report
 from cyborg.db import models
 from cyborg.db.api import cleaning
 from cyborg.db.api import query
@@ -100,6 +101,20 @@ def take(session: sa.orm.Session, deployable_id: int
         tried.append(candidate.id)
 
 
+def instant(attach_type: str, attach_info: str | dict[str, Any]) -> bool:
+    """Whether a handle is bound by handing it out alone, and free again
+    as soon as its request lets go of it: one of ``INSTANT_TYPES``, or an
+    mdev nova-compute creates and removes itself. ``attach_info`` as
+    stored (JSON) or read."""
+    if attach_type in INSTANT_TYPES:
+        return True
+    if attach_type != 'MDEV':
+        return False
+    info = (json.loads(attach_info) if isinstance(attach_info, str)
+            else attach_info)
+    return device_report.nova_creates_mdev(attach_type, info)
+
+
 def device_side(uuid: str | None, handle: Any) -> dict[str, Any]:
     """What the agent needs to remove an attach handle's mdev."""
     return {'arq_uuid': uuid, 'attach_handle_id': handle.handle_id,
@@ -119,8 +134,9 @@ def release(session: sa.orm.Session, held: list[Any],
     after use (``cleaning.wanted``) is not freed but starts cleaning;
     one with an mdev is cleaned once the mdev is confirmed removed.
 
-    A handle handed out alone is free at once. Another one with state on
-    the device's host (an mdev) is released: still taken, and reserved in
+    A handle handed out alone (``instant``: PCI, or an mdev Nova removes
+    itself) is free at once. Another one with state on the device's host
+    (an mdev the agent made) is released: still taken, and reserved in
     placement (its provider is marked to be written again), until what
     was made there is confirmed removed (``free_released``). That removal
     is the caller's (the result, with what the agent needs), or, for an
@@ -134,7 +150,7 @@ def release(session: sa.orm.Session, held: list[Any],
         if cleaned is not None and cleaning.wanted(arq.device_profile_group,
                                                    arq.handle):
             clean.append(arq.handle_id)
-        if arq.handle.attach_type in INSTANT_TYPES:
+        if instant(arq.handle.attach_type, arq.handle.attach_info):
             if arq.handle_id not in clean:
                 free.append(arq.handle_id)
         else:
