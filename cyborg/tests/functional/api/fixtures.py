@@ -8,7 +8,9 @@ import pytest
 import webtest
 
 from cyborg import context as cyborg_context
+from cyborg.accelerator import pci
 from cyborg.accelerator.drivers import fake
+from cyborg.accelerator.drivers.base import AcceleratorDriver
 from cyborg.agent import manager as agent_manager
 from cyborg.agent import resource_tracker
 from cyborg.api import app
@@ -90,6 +92,18 @@ class API:
         inventory.apply_report(ctx, host, report)
         if agent:
             self.start_agent(host)
+        return inventory.get_host_devices(ctx, host)
+
+    def seed_driver(self, host: str, hostname: str,
+                    driver: AcceleratorDriver) -> list[dict[str, Any]]:
+        """The devices ``driver`` discovers, reported by ``host`` (whose
+        hypervisor is ``hostname``) as the conductor stores them; no
+        agent serves them."""
+        with pci.discovery_pass():
+            devices = [d.to_dict() for d in driver.discover()]
+        ctx = cyborg_context.get_admin_context()
+        inventory.apply_report(ctx, host,
+                               {'hostname': hostname, 'devices': devices})
         return inventory.get_host_devices(ctx, host)
 
     def dp(self, name: str = 'dp1',
