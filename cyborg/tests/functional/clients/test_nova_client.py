@@ -262,6 +262,52 @@ def test_groups_map_to_their_providers(live_api, start_nova, rp_uuid):
                                      (1, other)]
 
 
+def test_vgpu_whose_mdev_nova_creates(live_api, start_nova, tmp_path):
+    # Here, not at module level: the child must not load cyborg.
+    from oslo_utils import uuidutils
+
+    from cyborg.tests.functional.api import test_nova_created_mdevs as vgpu
+    from cyborg.tests.functional.api.fixtures import version
+    from cyborg.tests.sysfs import SysfsTree
+    tree = SysfsTree(tmp_path / 'host')
+    vgpu.add_t4(tree)
+    [device] = live_api.seed_driver(
+        'cmp1', 'node1', vgpu.nvidia_driver(live_api.conf, tree.root,
+                                            'nova'))
+    rp_uuid = device['deployables'][0]['rp_uuid']
+    live_api.dp('vgpu', [{'resources:VGPU': '1',
+                          'trait:CUSTOM_NVIDIA_1EB8_T4_1B': 'required'}])
+    nova = start_nova()
+    [group] = nova('get_device_profile_request_groups', 'vgpu')
+    assert group['resources'] == {'VGPU': 1}
+    [arq] = nova('create_arqs_and_match_resource_providers', 'vgpu',
+                 {'device_profile_0': [rp_uuid]})
+    nova('bind_arqs', {arq['uuid']: {'hostname': 'node1',
+                                     'device_rp_uuid': rp_uuid,
+                                     'instance_uuid': INSTANCE}})
+    # No agent serves cmp1: the bind was done when the PATCH answered,
+    # so the first read finds it Bound, without waiting.
+    assert live_api.agents == {}
+    [bound] = nova('get_arqs_for_instance', INSTANCE)
+    assert bound['state'] == 'Bound'
+    # What nova-compute creates the persistent mdev from.
+    assert bound['attach_handle_type'] == 'MDEV'
+    assert uuidutils.is_uuid_like(bound['attach_handle_uuid'])
+    info = bound['attach_handle_info']
+    assert {k: info[k] for k in ('asked_type', 'domain', 'bus', 'device',
+                                 'function')} == {
+        'asked_type': 'nvidia-222', 'domain': '0000', 'bus': '3b',
+        'device': '00', 'function': '0'}
+    assert all(isinstance(v, str) for v in info.values())
+    assert nova('get_arqs_for_instance', INSTANCE, True) == [bound]
+
+    # Server delete: the handle is free for the next instance at once.
+    nova('delete_arqs_for_instance', INSTANCE)
+    handles = live_api.app.get(
+        '/v2/attach_handles', headers=version('2.8')).json['attach_handles']
+    assert [h['uuid'] for h in handles if h['in_use']] == []
+
+
 # --- the child process ------------------------------------------------------
 
 def _serve(config_file: str) -> None:
