@@ -5,9 +5,10 @@ There is no PCI device to pass through here, so the requests that must
 attach are TEST_PCI ones given as emulated USB tablets (each at a USB
 port of its own), which QEMU adds and removes without the guest's help; a PCI
 request makes the real hostdev XML, which libvirt refuses without VFIO:
-that real failure drives the rollback. The daemon is started if it is not
-running (``libvirtd``, from Debian's libvirt-daemon-system, as root);
-without it the test is skipped, or fails under
+that real failure drives the rollback. Debian's libvirt and QEMU and
+libvirt-python are installed if missing (``system_packages``), and the
+daemon started if it is not running (``libvirtd``, as root); where that
+cannot be done the test is skipped, or fails under
 CYBORG_TEST_REQUIRE_SERVICES=1.
 """
 import os
@@ -25,6 +26,7 @@ from cyborg.os_acc import objects
 from cyborg.os_acc.drivers import fake_pci
 from cyborg.os_acc.drivers import pci
 from cyborg.os_acc.plugins import libvirt as libvirt_plugin
+from cyborg.tests import system_packages
 from cyborg.tests.conftest import unavailable
 from cyborg.tests.sysfs import SysfsTree
 from cyborg.tests.unit.os_acc import fakes
@@ -43,12 +45,16 @@ def _open(libvirt: Any) -> Any:
         return None
 
 
+# Debian's libvirt and QEMU, and what building libvirt-python needs.
+PACKAGES = ('libvirt-daemon-system', 'libvirt-daemon-driver-qemu',
+            'qemu-system-x86', 'pkg-config', 'libvirt-dev', 'gcc')
+
+
 @pytest.fixture(scope='module')
 def connection() -> Iterator[Any]:
-    try:
-        import libvirt
-    except ImportError as exc:
-        unavailable('libvirt-python', exc)
+    system_packages.debian(*PACKAGES)
+    system_packages.python('libvirt', 'libvirt-python>=9.0.0')
+    import libvirt
     conn = _open(libvirt)
     started = None
     if conn is None:
