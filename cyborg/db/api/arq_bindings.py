@@ -14,14 +14,12 @@ from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
-from oslo_utils import timeutils
-from sqlalchemy.dialects import postgresql
-from sqlalchemy.dialects import sqlite
 
 from cyborg import context as cyborg_context
 from cyborg.common import exception
 from cyborg.db import models
 from cyborg.db.api import attach_handles
+from cyborg.db.api import claims
 from cyborg.db.api import cleaning
 from cyborg.db.api import deployables
 from cyborg.db.api import layouts
@@ -35,7 +33,6 @@ LOG = logging.getLogger(__name__)
 ARQ = models.AcceleratorRequest
 AH = models.AttachHandle
 Dep = models.Deployable
-Claim = models.InstanceClaim
 
 BINDABLE = ('Initial', 'Unbound')
 UNBINDABLE = ('Initial', 'BindStarted', 'Bound', 'BindFailed',
@@ -83,82 +80,6 @@ class BindBatch:
 # out, whether or not it was applied).
 BOUND_TO = ('BindStarted', 'Bound', 'BindFailed')
 _BINDING = ('hostname', 'device_rp_uuid', 'instance_uuid')
-
-
-def _claim(session: sa.orm.Session, instance_uuid: str) -> bool:
-    """Insert the instance's claim; False if it has one already.
-
-    The unique key decides between concurrent transactions: the second
-    insert waits for the first to commit, then finds the row.
-    """
-    dialect = session.get_bind().dialect.name
-    values = {'instance_uuid': instance_uuid,
-              'created_at': timeutils.utcnow()}
-    insert: sa.Insert
-    if dialect == 'postgresql':
-        insert = postgresql.insert(Claim).values(**values) \
-            .on_conflict_do_nothing(index_elements=['instance_uuid'])
-    elif dialect == 'sqlite':
-        insert = sqlite.insert(Claim).values(**values) \
-            .on_conflict_do_nothing(index_elements=['instance_uuid'])
-    else:
-        insert = sa.insert(Claim).values(**values).prefix_with('IGNORE')
-    return bool(query.changed(session, insert))
-
-
-def _join_claim(session: sa.orm.Session, instance_uuid: str,
-                binds: dict[str, dict[str, Any]]) -> None:
-    """Let ``binds`` join the requests that ``instance_uuid``'s claim
-    already holds (a live attach): only requests of the same project, on
-    the host of those bound already; Conflict otherwise.
-
-    The claim's row and the instance's requests are read locked, so that
-    a concurrent bind or unbind of the instance waits for this one.
-    """
-    session.execute(sa.select(Claim.id).where(
-        Claim.instance_uuid == instance_uuid).with_for_update())
-    held = session.execute(
-        sa.select(ARQ.uuid, ARQ.project_id, ARQ.hostname, ARQ.state)
-        .where(ARQ.instance_uuid == instance_uuid,
-               ARQ.uuid.not_in(list(binds)))
-        .with_for_update()).all()
-    if not held:
-        # A claim whose requests are going: nobody else holds the instance.
-        return
-    projects = {row.project_id for row in held}
-    joining = {row.uuid: row.project_id for row in session.execute(
-        sa.select(ARQ.uuid, ARQ.project_id).where(
-            ARQ.uuid.in_(list(binds))))}
-    for uuid, binding in sorted(binds.items()):
-        project = binding.get('project_id') or joining.get(uuid)
-        if projects != {project}:
-            # Named as the caller sent it; the other project stays unnamed.
-            raise exception.Conflict(
-                reason=f'Cannot bind accelerator request {uuid} to instance '
-                       f'{instance_uuid}: the instance holds accelerator '
-                       'requests of another project. Bind it to an '
-                       'instance of its own project.')
-    hosts = sorted({row.hostname for row in held
-                    if row.hostname and row.state in BOUND_TO})
-    for uuid, binding in sorted(binds.items()):
-        if hosts and binding['hostname'] not in hosts:
-            raise exception.Conflict(
-                reason=f'Cannot bind accelerator request {uuid} to instance '
-                       f'{instance_uuid} on host {binding["hostname"]}: the '
-                       f'instance\'s other accelerator requests are bound on '
-                       f'{", ".join(hosts)}, where the instance runs. Bind it '
-                       'to a device of that host.')
-
-
-def _drop_claims(session: sa.orm.Session, instances: set[str | None]
-                 ) -> None:
-    """Delete the claims of the instances given that no ARQ refers to
-    any more."""
-    named = [i for i in instances if i]
-    if named:
-        session.execute(sa.delete(Claim).where(
-            Claim.instance_uuid.in_(named),
-            ~sa.exists().where(ARQ.instance_uuid == Claim.instance_uuid)))
 
 
 def _programming_role(session: sa.orm.Session, deployable_id: int,
@@ -362,9 +283,9 @@ def apply_patch(context: cyborg_context.RequestContext,
     that needs the device's host (an FPGA to program, a vGPU to create)
     is left BindStarted with its handle taken, for the conductor to finish.
     A bind sent again as it was applied changes nothing. An instance gets
-    requests bound in one PATCH only (its claim, see ``_claim``), unless
+    requests bound in one PATCH only (its claim, see ``claims.take``), unless
     ``live`` (microversion 2.9): then binds may join the requests its claim
-    holds, as ``_join_claim`` allows, an ARQ bound elsewhere is a Conflict
+    holds, as ``claims.join`` allows, an ARQ bound elsewhere is a Conflict
     naming its binding, and so is an unbind of an ARQ that is not bound.
 
     Every unbind ends Unbound; one holding an mdev releases it (see
@@ -406,11 +327,11 @@ def apply_patch(context: cyborg_context.RequestContext,
         going.append(found[uuid])
     batch.released = attach_handles.release(session, going,
                                             cleaned=batch.cleaning)
-    _drop_claims(session, {found[u].instance_uuid for u in unbinds})
+    claims.drop(session, {found[u].instance_uuid for u in unbinds})
     for instance in sorted({b['instance_uuid'] for b in binds.values()}):
-        if not _claim(session, instance):
+        if not claims.take(session, instance):
             if live:
-                _join_claim(session, instance, {
+                claims.join(session, instance, BOUND_TO, {
                     u: b for u, b in binds.items()
                     if b['instance_uuid'] == instance})
                 continue
@@ -468,7 +389,7 @@ def delete(context: cyborg_context.RequestContext,
                                                 cleaned=batch.cleaning)
         session.execute(sa.delete(ARQ).where(
             ARQ.id.in_([r.id for r in rows])))
-        _drop_claims(session, {r.instance_uuid for r in rows})
+        claims.drop(session, {r.instance_uuid for r in rows})
         batch.states = dict.fromkeys((r.uuid for r in rows), 'Deleted')
     return batch
 
