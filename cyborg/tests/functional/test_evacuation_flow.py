@@ -55,7 +55,8 @@ def _state(api, arq):
                         headers=HEADERS, timeout=10).json()['state']
 
 
-@pytest.mark.parametrize('backend', ['mysql'], indirect=True)
+@pytest.mark.parametrize('backend', gate_stack.backends('mysql'),
+                         indirect=True)
 def test_evacuation_from_a_killed_host(tmp_path, rabbit_url, db_engine,
                                        empty_db_url, fake_nova):
     stack = gate_stack.Stack(tmp_path, rabbit_url, empty_db_url,

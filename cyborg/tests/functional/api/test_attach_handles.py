@@ -329,7 +329,7 @@ def test_answers_match_openapi(live_api):  # noqa: F811
     check('GET', '/v2/attach_handles', V28, 400, '?device_uuid=x')
     check('GET', '/v2/attach_handles', member, 403)
     check('GET', '/v2/attach_handles', version('2.7'), 404)
-    check('GET', '/v2/attach_handles', version('2.9'), 406)
+    check('GET', '/v2/attach_handles', version('2.99'), 406)
     for action in ('clean', 'release'):
         check('POST', f'/v2/attach_handles/{{free}}/{action}', V28, 409)
         check('POST', f'/v2/attach_handles/{MISSING}/{action}', V28, 404)
