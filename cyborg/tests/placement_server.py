@@ -79,6 +79,11 @@ class Placement:
         return self.get(f'/resource_providers/{rp_uuid}/inventories'
                         )['inventories']
 
+    def reserved(self, root_uuid: str) -> int:
+        """What placement holds back below the root, all classes summed."""
+        return sum(inventory['reserved'] for rp in self.tree(root_uuid)
+                   for inventory in self.inventories(rp).values())
+
     def traits(self, rp_uuid: str) -> set[str]:
         return set(self.get(f'/resource_providers/{rp_uuid}/traits'
                             )['traits'])

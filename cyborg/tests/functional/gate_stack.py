@@ -10,6 +10,7 @@ ends. Processes are stopped by PID: SIGTERM, then SIGKILL. The clients
 that run as processes too are started here: Nova's own client and the
 ``openstack`` command.
 """
+import contextlib
 import json
 import os
 import pathlib
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Any
 from typing import TypeVar
 
@@ -304,6 +306,16 @@ class Stack:
             # Not listening yet, or bound but not serving yet.
             return False
 
+    def attach_handles(self, hostname: str) -> list[dict[str, Any]]:
+        """The attach handles of ``hostname`` as the API lists them
+        (microversion 2.8)."""
+        answer = requests.get(
+            f'{self.api_url}/attach_handles', timeout=10,
+            headers={'X-Auth-Token': 'admin',
+                     'OpenStack-API-Version': 'accelerator 2.8'})
+        return [h for h in answer.json()['attach_handles']
+                if h['hostname'] == hostname]
+
     def add_conductor(self, host: str,
                       extra: dict[str, dict[str, Any]] | None = None
                       ) -> Process:
@@ -381,6 +393,26 @@ class Stack:
     def stop_all(self) -> dict[str, int | str | None]:
         """Stop every process, side by side; their exit codes."""
         return self.stop(*self.processes)
+
+    @contextlib.contextmanager
+    def running(self, after: Callable[[], object] | None = None
+                ) -> Iterator['Stack']:
+        """Run a flow's body, then stop every process (and call ``after``,
+        e.g. to stop an emulated kernel). A failing body prints the tails
+        of the logs; a passing one is checked to have stopped cleanly:
+        every process exits 0 on SIGTERM, placement (waitress) may die of
+        it."""
+        try:
+            yield self
+        except BaseException:
+            print(self.tails())
+            raise
+        finally:
+            codes = self.stop_all()
+            if after is not None:
+                after()
+        assert codes.pop('placement', 0) in (0, -15), self.tails()
+        assert codes == dict.fromkeys(codes, 0), (codes, self.tails())
 
     # -- the clients --------------------------------------------------------
 

@@ -22,18 +22,6 @@ HEADERS = {'X-Auth-Token': 'admin',
            'OpenStack-API-Version': 'accelerator 2.8'}
 
 
-def _reserved(placement, root):
-    return sum(inventory['reserved'] for rp in placement.tree(root)
-               for inventory in placement.inventories(rp).values())
-
-
-def _handles(stack, hostname):
-    answer = requests.get(f'{stack.api_url}/attach_handles',
-                          headers=HEADERS, timeout=10).json()
-    return [h for h in answer['attach_handles']
-            if h['hostname'] == hostname]
-
-
 @pytest.mark.parametrize('backend', gate_stack.backends('mysql'),
                          indirect=True)
 def test_handle_cleaned_after_delete_or_held(tmp_path, rabbit_url,
@@ -51,7 +39,7 @@ def test_handle_cleaned_after_delete_or_held(tmp_path, rabbit_url,
             'clean_fail': str(host == 'agent2').lower()}})
     placement = placement_server.Placement(stack.placement_url)
     api = stack.api_url
-    try:
+    with stack.running():
         stack.start('placement', 'conductor1', 'api')
         gate_stack.wait_for(stack.placement_up, 'placement to answer', 60)
         roots = {node: placement.create_compute_node(node)['uuid']
@@ -85,7 +73,7 @@ def test_handle_cleaned_after_delete_or_held(tmp_path, rabbit_url,
                     {'path': '/instance_uuid', 'op': 'add',
                      'value': instance}]})
             assert answer.status_code == 202, answer.text
-            assert [h['in_use'] for h in _handles(stack, node)].count(
+            assert [h['in_use'] for h in stack.attach_handles(node)].count(
                 True) == 1
             answer = requests.delete(
                 f'{api}/accelerator_requests?instance={instance}',
@@ -95,30 +83,23 @@ def test_handle_cleaned_after_delete_or_held(tmp_path, rabbit_url,
         good, bad = NODES.values()
         # Cleaned by the first agent: free again, nothing reserved.
         gate_stack.wait_for(
-            lambda: not any(h['in_use'] for h in _handles(stack, good)),
+            lambda: not any(h['in_use'] for h in stack.attach_handles(good)),
             'the cleaned handle to be free', 30, interval=0.5)
-        assert _reserved(placement, roots[good]) == 0
+        assert placement.reserved(roots[good]) == 0
         cleaned = fake.read_program_log(str(clean_log))
         assert any(c.get('error') is None for c in cleaned)
         # The failed clean: in maintenance, with why, and reserved.
         held = gate_stack.wait_for(
-            lambda: [h for h in _handles(stack, bad)
+            lambda: [h for h in stack.attach_handles(bad)
                      if h['clean_state'] == 'maintenance'],
             'the failed clean held in maintenance', 30, interval=0.5)[0]
         assert held['clean_reason']
         gate_stack.wait_for(
-            lambda: _reserved(placement, roots[bad]) == 1,
+            lambda: placement.reserved(roots[bad]) == 1,
             'placement to reserve the held handle', 10, interval=0.2)
 
         stack.openstack('attach', 'handle', 'release', held['uuid'])
-        assert not any(h['in_use'] for h in _handles(stack, bad))
+        assert not any(h['in_use'] for h in stack.attach_handles(bad))
         gate_stack.wait_for(
-            lambda: _reserved(placement, roots[bad]) == 0,
+            lambda: placement.reserved(roots[bad]) == 0,
             'placement to offer the released handle', 10, interval=0.2)
-    except BaseException:
-        print(stack.tails())
-        raise
-    finally:
-        codes = stack.stop_all()
-    assert codes.pop('placement') in (0, -15), stack.tails()
-    assert codes == dict.fromkeys(codes, 0), (codes, stack.tails())
