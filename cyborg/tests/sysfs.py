@@ -47,6 +47,15 @@ def _link_name(path: pathlib.Path) -> str | None:
     return os.path.basename(os.readlink(path)) if path.is_symlink() else None
 
 
+def pci_parts(address: str) -> dict[str, str]:
+    """A PCI address as a control path or attach info names it:
+    ``domain``, ``bus``, ``device`` and ``function``."""
+    domain, bus, rest = address.split(':')
+    device, function = rest.split('.')
+    return {'domain': domain, 'bus': bus, 'device': device,
+            'function': function}
+
+
 class SysfsTree:
     """A sysfs tree under ``base`` (a test's ``tmp_path``)."""
 
@@ -215,6 +224,19 @@ class SysfsTree:
             self.write(f'{pf_rel}/sriov_totalvfs', index)
         self.write(f'{pf_rel}/sriov_numvfs', index)
         return made
+
+    def add_t4(self, address: str,
+               types: Iterable[tuple[str, str, int]]) -> pathlib.Path:
+        """An NVIDIA T4 (0x10de:0x1eb8) on the vGPU host driver, offering
+        ``types`` as (type, name, instances), each with the
+        ``max_instance`` NVIDIA's description names. Its directory."""
+        device = self.add_function(address, 0x10de, 0x1eb8, 0x030200,
+                                   driver='nvidia')
+        for type_id, name, instances in types:
+            type_dir = self.add_mdev_type(address, type_id, name, instances)
+            (type_dir / 'description').write_text(
+                f'num_heads=1, max_instance={instances}')
+        return device
 
     def add_mdev_type(self, address: str, type_id: str, name: str | None,
                       available_instances: int | str,

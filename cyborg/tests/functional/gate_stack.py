@@ -306,6 +306,22 @@ class Stack:
             # Not listening yet, or bound but not serving yet.
             return False
 
+    def bring_up(self, placement: placement_server.Placement,
+                 agents: dict[str, str]) -> dict[str, str]:
+        """Start placement, ``conductor1`` and the API, make a compute
+        node in placement for each agent's hostname (``agents``: process
+        name -> hostname), then start the agents; wait until each
+        answers. The compute nodes' uuids, by hostname."""
+        self.start('placement', 'conductor1', 'api')
+        wait_for(self.placement_up, 'placement to answer', 60)
+        roots = {node: placement.create_compute_node(node)['uuid']
+                 for node in agents.values()}
+        self.ready('conductor1')
+        self.start(*agents)
+        self.ready(*agents)
+        wait_for(self.api_up, 'the API to answer', 60)
+        return roots
+
     def attach_handles(self, hostname: str) -> list[dict[str, Any]]:
         """The attach handles of ``hostname`` as the API lists them
         (microversion 2.8)."""

@@ -40,14 +40,7 @@ def test_handle_cleaned_after_delete_or_held(tmp_path, rabbit_url,
     placement = placement_server.Placement(stack.placement_url)
     api = stack.api_url
     with stack.running():
-        stack.start('placement', 'conductor1', 'api')
-        gate_stack.wait_for(stack.placement_up, 'placement to answer', 60)
-        roots = {node: placement.create_compute_node(node)['uuid']
-                 for node in NODES.values()}
-        stack.ready('conductor1')
-        stack.start(*NODES)
-        stack.ready(*NODES)
-        gate_stack.wait_for(stack.api_up, 'the API to answer', 60)
+        roots = stack.bring_up(placement, NODES)
         gate_stack.wait_for(
             lambda: all(placement.tree(r) for r in roots.values()),
             'both hosts in placement', 60, interval=0.5)

@@ -62,14 +62,7 @@ def test_evacuation_from_a_killed_host(tmp_path, rabbit_url, db_engine,
     api = stack.api_url
     a, b = NODES.values()
     with stack.running():
-        stack.start('placement', 'conductor1', 'api')
-        gate_stack.wait_for(stack.placement_up, 'placement to answer', 60)
-        roots = {node: placement.create_compute_node(node)['uuid']
-                 for node in NODES.values()}
-        stack.ready('conductor1')
-        stack.start(*NODES)
-        stack.ready(*NODES)
-        gate_stack.wait_for(stack.api_up, 'the API to answer', 60)
+        roots = stack.bring_up(placement, NODES)
         gate_stack.wait_for(
             lambda: all(placement.tree(r) for r in roots.values()),
             'both hosts in placement', 60, interval=0.5)

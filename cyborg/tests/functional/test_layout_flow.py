@@ -51,13 +51,7 @@ def test_vgpu_layout_through_the_api_and_a_restart(
     placement = placement_server.Placement(stack.placement_url)
     api = stack.api_url
     with stack.running():
-        stack.start('placement', 'conductor1', 'api')
-        gate_stack.wait_for(stack.placement_up, 'placement to answer', 60)
-        placement.create_compute_node(NODE)
-        stack.ready('conductor1')
-        stack.start('agent1')
-        stack.ready('agent1')
-        gate_stack.wait_for(stack.api_up, 'the API to answer', 60)
+        stack.bring_up(placement, {'agent1': NODE})
 
         def gpu():
             found = requests.get(f'{api}/devices?hostname={NODE}&type=GPU',

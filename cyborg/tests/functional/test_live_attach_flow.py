@@ -153,13 +153,7 @@ def test_live_attach_and_detach_through_the_api(
     instance = domain.UUIDString()
     guest = os_acc.InstanceInfo(instance)
     with stack.running():
-        stack.start('placement', 'conductor1', 'api')
-        gate_stack.wait_for(stack.placement_up, 'placement to answer', 60)
-        root = placement.create_compute_node(NODE)['uuid']
-        stack.ready('conductor1')
-        stack.start('agent1')
-        stack.ready('agent1')
-        gate_stack.wait_for(stack.api_up, 'the API to answer', 60)
+        root = stack.bring_up(placement, {'agent1': NODE})[NODE]
         rps = gate_stack.wait_for(
             lambda: _providers(placement, root),
             'the FPGA and the PCI function in placement', 60, interval=0.5)

@@ -54,13 +54,7 @@ def test_e810_vfs_through_the_cli(tmp_path, rabbit_url, db_engine,
     kernel = sysfs_kernel.spawn(tree.root, vf_drivers={'ice': 'iavf'})
     with stack.running(after=lambda: (kernel.terminate(),
                                       kernel.wait(10))):
-        stack.start('placement', 'conductor1', 'api')
-        gate_stack.wait_for(stack.placement_up, 'placement to answer', 60)
-        root = placement.create_compute_node(NODE)['uuid']
-        stack.ready('conductor1')
-        stack.start('agent1')
-        stack.ready('agent1')
-        gate_stack.wait_for(stack.api_up, 'the API to answer', 60)
+        root = stack.bring_up(placement, {'agent1': NODE})[NODE]
 
         def nic():
             found = requests.get(f'{stack.api_url}/devices?hostname={NODE}',

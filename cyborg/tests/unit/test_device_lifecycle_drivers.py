@@ -18,6 +18,7 @@ from cyborg.tests.fpga_hosts import by_address
 from cyborg.tests.fpga_hosts import configure
 from cyborg.tests.fpga_hosts import fpga_host
 from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.sysfs import pci_parts as pci
 from cyborg.tests.unit.test_fpga_programming import fake_tool
 
 E810 = '0000:3b:00.0'
@@ -30,13 +31,6 @@ T4_TYPES = [('nvidia-222', 'GRID T4-1B', 16), ('nvidia-223', 'GRID T4-2B', 8),
             ('nvidia-230', 'GRID T4-2Q', 8)]
 
 
-def pci(address):
-    domain, bus, rest = address.split(':')
-    device, function = rest.split('.')
-    return {'domain': domain, 'bus': bus, 'device': device,
-            'function': function}
-
-
 @pytest.fixture
 def tree(tmp_path):
     tree = SysfsTree(tmp_path / 'host')
@@ -45,11 +39,7 @@ def tree(tmp_path):
     (tree.device_dir(E810) / 'sriov_vf_device').write_text('1889\n')
     tree.add_function(QAT, 0x8086, 0x4940, 0x0b4000, driver='qat_4xxx',
                       sriov_totalvfs=16)
-    tree.add_function(T4, 0x10de, 0x1eb8, 0x030200, driver='nvidia')
-    for type_id, name, instances in T4_TYPES:
-        type_dir = tree.add_mdev_type(T4, type_id, name, instances)
-        (type_dir / 'description').write_text(
-            f'num_heads=1, max_instance={instances}')
+    tree.add_t4(T4, T4_TYPES)
     tree.add_function(SSD, 0x1bd4, 0x1001, 0x010802, driver='nvme')
     (tree.device_dir(SSD) / 'nvme' / 'nvme3').mkdir(parents=True)
     return tree

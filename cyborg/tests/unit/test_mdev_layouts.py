@@ -14,6 +14,7 @@ from cyborg.common import device_report
 from cyborg.common import exception
 from cyborg.tests import sysfs_kernel
 from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.sysfs import pci_parts as _pci
 
 # An Intel iGPU with GVT-g: a display controller offering i915 types.
 IGPU = '0000:00:02.0'
@@ -28,13 +29,6 @@ T4_TYPES = [('nvidia-222', 'GRID T4-1B', 16), ('nvidia-223', 'GRID T4-2B', 8)]
 MDEV = '4b20d080-1b54-4048-85b3-a6a62d165c01'
 
 
-def _pci(address):
-    domain, bus, rest = address.split(':')
-    device, function = rest.split('.')
-    return {'domain': domain, 'bus': bus, 'device': device,
-            'function': function}
-
-
 @pytest.fixture
 def tree(tmp_path):
     tree = SysfsTree(tmp_path / 'host')
@@ -47,11 +41,7 @@ def tree(tmp_path):
     for vf in CARD_VFS:
         tree.add_mdev_type(vf, 'card-1', 'card slice', 1)
     tree.add_function(NIC, 0x1af4, 0x1041, 0x020000, driver='virtio-pci')
-    tree.add_function(T4, 0x10de, 0x1eb8, 0x030200, driver='nvidia')
-    for type_id, name, instances in T4_TYPES:
-        type_dir = tree.add_mdev_type(T4, type_id, name, instances)
-        (type_dir / 'description').write_text(
-            f'num_heads=1, max_instance={instances}')
+    tree.add_t4(T4, T4_TYPES)
     return tree
 
 

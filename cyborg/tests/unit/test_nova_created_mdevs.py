@@ -21,6 +21,7 @@ from cyborg.common import exception
 from cyborg.db.api import attach_handles
 from cyborg.tests import sysfs_kernel
 from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.sysfs import pci_parts as _pci
 
 T4 = '0000:af:00.0'
 T4_TYPES = [('nvidia-222', 'GRID T4-1B', 4), ('nvidia-223', 'GRID T4-2B', 2)]
@@ -31,21 +32,10 @@ NOVA_MDEV = '6d7e3b2a-1c4f-4a8e-9b0d-2f3e4a5b6c01'
 OWNER = {'mdev_creator': 'nova'}
 
 
-def _pci(address):
-    domain, bus, rest = address.split(':')
-    device, function = rest.split('.')
-    return {'domain': domain, 'bus': bus, 'device': device,
-            'function': function}
-
-
 @pytest.fixture
 def tree(tmp_path):
     tree = SysfsTree(tmp_path / 'host')
-    tree.add_function(T4, 0x10de, 0x1eb8, 0x030200, driver='nvidia')
-    for type_id, name, instances in T4_TYPES:
-        type_dir = tree.add_mdev_type(T4, type_id, name, instances)
-        (type_dir / 'description').write_text(
-            f'num_heads=1, max_instance={instances}')
+    tree.add_t4(T4, T4_TYPES)
     tree.add_function(CARD, 0x1d0f, 0x7001, 0x120000, driver='card',
                       sriov_totalvfs=4)
     tree.add_vfs(CARD, CARD_VFS, 0x1d0f, 0x7002, driver='card')
