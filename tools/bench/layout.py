@@ -80,9 +80,15 @@ class Cost:
         start = time.perf_counter()
         func()
         took = time.perf_counter() - start
-        self.cpu.update(api.cpu_used(sessions) - cpu)
-        self.latencies.append(took)
-        self.elapsed += took
+        self.add(took, api.cpu_used(sessions) - cpu, took)
+
+    def add(self, latency: float, cpu: collections.Counter,
+            elapsed: float) -> None:
+        """One operation that took ``latency`` seconds and, over a
+        window of ``elapsed`` seconds, ``cpu`` (seconds per label)."""
+        self.latencies.append(latency)
+        self.cpu.update(cpu)
+        self.elapsed += elapsed
 
     def row(self, name: str, idle: dict[str, float]) -> dict[str, Any]:
         """Milliseconds per operation; the CPU less the idle rate over
@@ -101,10 +107,12 @@ class Cost:
                 'cpu_ms': cpu}
 
 
-def _stack(tmp: pathlib.Path, rabbit: str, db_url: str,
-           nova: api.FakeNovaProcess, tree: SysfsTree) -> gate_stack.Stack:
+def stack_of(tmp: pathlib.Path, rabbit: str, db_url: str,
+             nova: api.FakeNovaProcess, node: str,
+             agent: dict[str, dict[str, Any]]) -> gate_stack.Stack:
     """The processes, with the intervals and log levels of a deployment
-    rather than the gate's (which polls and logs more)."""
+    rather than the gate's (which polls and logs more); ``agent`` adds
+    the agent's options, section by section."""
     stack = gate_stack.Stack(tmp, rabbit, db_url, nova.endpoint, nova.token)
     quiet = {'debug': 'false', 'heartbeat_interval': 10,
              'default_log_levels': ','.join(
@@ -113,19 +121,18 @@ def _stack(tmp: pathlib.Path, rabbit: str, db_url: str,
     stack.add_api()
     stack.add_conductor('conductor', extra={
         'DEFAULT': quiet, 'placement': {'sync_interval': 60}})
-    stack.add_agent('agent', NODE, 1, 2, extra={
-        'DEFAULT': quiet,
-        'agent': {'enabled_drivers': 'intel_nic,fake_driver',
-                  'sysfs_root': tree.root, 'periodic_interval': 60}})
+    stack.add_agent('agent', node, 1, 2, extra={
+        **agent, 'DEFAULT': quiet,
+        'agent': {'periodic_interval': 60, **agent.get('agent', {})}})
     return stack
 
 
-def _start(stack: gate_stack.Stack) -> str:
+def start(stack: gate_stack.Stack, node: str) -> str:
     """Start every process; the compute node's provider uuid."""
     stack.start('placement', 'conductor', 'api')
     gate_stack.wait_for(stack.placement_up, 'placement to answer', 60)
     root = placement_server.Placement(stack.placement_url
-                                      ).create_compute_node(NODE)['uuid']
+                                      ).create_compute_node(node)['uuid']
     stack.ready('conductor')
     stack.start('agent')
     stack.ready('agent')
@@ -150,8 +157,8 @@ class Client:
                              f'{answer.text}')
         return answer.json() if answer.content else None
 
-    def device(self, kind: str) -> dict[str, Any] | None:
-        found = self.call('GET', f'/devices?hostname={NODE}&type={kind}')
+    def device(self, kind: str, node: str = NODE) -> dict[str, Any] | None:
+        found = self.call('GET', f'/devices?hostname={node}&type={kind}')
         return found['devices'][0] if found['devices'] else None
 
 
@@ -211,7 +218,7 @@ def _bind_cycles(client: Client, engine: sa.engine.Engine, profile: str,
     return cost
 
 
-def _idle(sessions: dict[int, str], seconds: float) -> dict[str, float]:
+def idle_rates(sessions: dict[int, str], seconds: float) -> dict[str, float]:
     """CPU seconds per second of each label with nothing asked."""
     before = api.cpu_used(sessions)
     time.sleep(seconds)
@@ -229,13 +236,15 @@ def bench(backend: str, transport: str, cycles: int, vfs: int,
                           sriov_totalvfs=vfs)
         (tree.device_dir(E810) / 'sriov_vf_device').write_text('1889\n')
         nova = api.FakeNovaProcess(str(workdir / 'nova.log'))
-        stack = _stack(workdir, transport, db_url, nova, tree)
+        stack = stack_of(workdir, transport, db_url, nova, NODE, {
+            'agent': {'enabled_drivers': 'intel_nic,fake_driver',
+                      'sysfs_root': tree.root}})
         kernel = sysfs_kernel.Kernel(tree.root,
                                      vf_drivers={'ice': 'iavf'}).start()
         engine = sa.create_engine(db_url)
         try:
             migration.upgrade('head', url=db_url)
-            _start(stack)
+            start(stack, NODE)
             client = Client(stack.api_url)
             nic = gate_stack.wait_for(lambda: client.device('NIC'),
                                       'the NIC in the API', 60, interval=0.5)
@@ -272,7 +281,7 @@ def bench(backend: str, transport: str, cycles: int, vfs: int,
 
             # Unmeasured: connection pools, caches, the first messages.
             cycles_of(warmup)
-            idle = _idle(sessions, idle_seconds)
+            idle = idle_rates(sessions, idle_seconds)
             measured = cycles_of(cycles)
             return {'db': backend, 'cycles': cycles, 'vfs': vfs,
                     'idle_cpu_ms_per_s': {k: v * 1000
