@@ -315,21 +315,27 @@ def show(result: dict[str, Any]) -> None:
               f'{others}')
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser_of(description: str, each: str) -> argparse.ArgumentParser:
+    """The options every bench of a whole stack's cycles takes; ``each``
+    names what the cycles are counted per."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument('--db', choices=('sqlite', *health_latency.SERVERS),
                         default='mysql')
     parser.add_argument('--cycles', type=int, default=20,
-                        help='measured cycles of each operation '
-                             '(default: 20)')
+                        help=f'measured cycles of each {each} (default: 20)')
     parser.add_argument('--warmup', type=int, default=3,
                         help='cycles run unmeasured first (default: 3)')
-    parser.add_argument('--vfs', type=int, default=8,
-                        help='the VF count of a layout change (default: 8)')
     parser.add_argument('--idle', type=float, default=5.0,
                         help='seconds of idle CPU measured (default: 5)')
     parser.add_argument('--transport-url',
                         default='rabbit://guest:guest@127.0.0.1:5672/')
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = parser_of(__doc__.splitlines()[0], 'operation')
+    parser.add_argument('--vfs', type=int, default=8,
+                        help='the VF count of a layout change (default: 8)')
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     with utils.virtual_host(args.transport_url, 'cyborg-bench') as url:

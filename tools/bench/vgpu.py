@@ -32,7 +32,6 @@ together:
 
     python tools/bench/vgpu.py [--cycles 20] [--db mysql]
 """
-import argparse
 import logging
 import os
 import pathlib
@@ -253,21 +252,11 @@ def show(result: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--db', choices=('sqlite', *health_latency.SERVERS),
-                        default='mysql')
+    parser = layout.parser_of(__doc__.splitlines()[0], 'mode')
     parser.add_argument('--modes', nargs='+', choices=MODES,
                         default=list(MODES),
                         help='values of [gpu_devices] mdev_creator '
                              '(default: both)')
-    parser.add_argument('--cycles', type=int, default=20,
-                        help='measured cycles of each mode (default: 20)')
-    parser.add_argument('--warmup', type=int, default=3,
-                        help='cycles run unmeasured first (default: 3)')
-    parser.add_argument('--idle', type=float, default=5.0,
-                        help='seconds of idle CPU measured (default: 5)')
-    parser.add_argument('--transport-url',
-                        default='rabbit://guest:guest@127.0.0.1:5672/')
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     with utils.virtual_host(args.transport_url, 'cyborg-bench') as url:
