@@ -46,6 +46,11 @@ RPC_SERVER_LOGGER = 'oslo_messaging.rpc.server'
 # An administrator of placement under noauth2.
 PLACEMENT_TOKEN = 'admin'
 
+# An administrator of cyborg-api under noauth, at the microversion of the
+# device lifecycle.
+API_HEADERS = {'X-Auth-Token': 'admin',
+               'OpenStack-API-Version': 'accelerator 2.8'}
+
 # Set to 1 (``tox -e flows``): every multi-process flow on every database.
 ALL_BACKENDS = 'CYBORG_TEST_ALL_BACKENDS'
 
@@ -322,13 +327,25 @@ class Stack:
         wait_for(self.api_up, 'the API to answer', 60)
         return roots
 
+    def first_device(self, hostname: str, what: str,
+                     query: str = '') -> dict[str, Any]:
+        """Wait for the API to list a device of ``hostname`` (``query``:
+        more filters, e.g. ``&type=GPU``) and return the first;
+        ``what`` names it in the failure."""
+        def listed() -> dict[str, Any] | None:
+            found = requests.get(
+                f'{self.api_url}/devices?hostname={hostname}{query}',
+                headers=API_HEADERS, timeout=10).json()
+            return found['devices'][0] if found['devices'] else None
+
+        return wait_for(listed, f'{what} in the API', 60, interval=0.5)
+
     def attach_handles(self, hostname: str) -> list[dict[str, Any]]:
         """The attach handles of ``hostname`` as the API lists them
         (microversion 2.8)."""
         answer = requests.get(
             f'{self.api_url}/attach_handles', timeout=10,
-            headers={'X-Auth-Token': 'admin',
-                     'OpenStack-API-Version': 'accelerator 2.8'})
+            headers=API_HEADERS)
         return [h for h in answer.json()['attach_handles']
                 if h['hostname'] == hostname]
 

@@ -53,13 +53,7 @@ def test_vgpu_layout_through_the_api_and_a_restart(
     with stack.running():
         stack.bring_up(placement, {'agent1': NODE})
 
-        def gpu():
-            found = requests.get(f'{api}/devices?hostname={NODE}&type=GPU',
-                                 headers=HEADERS, timeout=10).json()
-            return found['devices'][0] if found['devices'] else None
-
-        device = gate_stack.wait_for(gpu, 'the GPU in the API', 60,
-                                     interval=0.5)
+        device = stack.first_device(NODE, 'the GPU', '&type=GPU')
         uuid = device['uuid']
         # The GPU's provider; the API shows no link to it.
         with db_engine.connect() as connection:

@@ -56,13 +56,7 @@ def test_e810_vfs_through_the_cli(tmp_path, rabbit_url, db_engine,
                                       kernel.wait(10))):
         root = stack.bring_up(placement, {'agent1': NODE})[NODE]
 
-        def nic():
-            found = requests.get(f'{stack.api_url}/devices?hostname={NODE}',
-                                 headers=HEADERS, timeout=10).json()
-            return found['devices'][0] if found['devices'] else None
-
-        uuid = gate_stack.wait_for(nic, 'the NIC in the API', 60,
-                                   interval=0.5)['uuid']
+        uuid = stack.first_device(NODE, 'the NIC')['uuid']
         gate_stack.wait_for(lambda: _offered(placement, root) == [(1, 0)],
                             'placement offering the PF', 30, interval=0.5)
 

@@ -90,13 +90,7 @@ def test_t4_vgpus_through_the_cli(tmp_path, rabbit_url, db_engine,
                                       kernel.wait(10))):
         root = stack.bring_up(placement, {'agent1': NODE})[NODE]
 
-        def gpu():
-            found = requests.get(f'{api}/devices?hostname={NODE}',
-                                 headers=HEADERS, timeout=10).json()
-            return found['devices'][0] if found['devices'] else None
-
-        device = gate_stack.wait_for(gpu, 'the T4 in the API', 60,
-                                     interval=0.5)['uuid']
+        device = stack.first_device(NODE, 'the T4')['uuid']
         provider = f'{NODE}_{T4}'
         whole = (provider, {'PGPU': (1, 0)},
                  {'OWNER_CYBORG', 'CUSTOM_GPU_NVIDIA', 'CUSTOM_NVIDIA_1EB8'})
