@@ -8,7 +8,6 @@ handle is cleaned by the agent and offered again; on the second the
 failed clean holds it in maintenance, reserved in placement, until the
 operator releases it with ``openstack accelerator attach handle release``.
 """
-import uuid
 
 import pytest
 import requests
@@ -54,18 +53,7 @@ def test_handle_cleaned_after_delete_or_held(tmp_path, rabbit_url,
 
         for node, root in roots.items():
             (rp,) = placement.tree(root)
-            arq = requests.post(
-                f'{api}/accelerator_requests', headers=HEADERS, timeout=30,
-                json={'device_profile_name': 'clean-fpga'}).json()['arqs'][0]
-            instance = str(uuid.uuid4())
-            answer = requests.patch(
-                f'{api}/accelerator_requests', headers=HEADERS, timeout=30,
-                json={arq['uuid']: [
-                    {'path': '/hostname', 'op': 'add', 'value': node},
-                    {'path': '/device_rp_uuid', 'op': 'add', 'value': rp},
-                    {'path': '/instance_uuid', 'op': 'add',
-                     'value': instance}]})
-            assert answer.status_code == 202, answer.text
+            instance, _ = stack.bind_new('clean-fpga', node, rp)
             assert [h['in_use'] for h in stack.attach_handles(node)].count(
                 True) == 1
             answer = requests.delete(

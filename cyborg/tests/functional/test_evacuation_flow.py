@@ -8,7 +8,6 @@ answers without waiting for host A, and binds new ones on host B. Host A's
 handle stays taken and reserved in placement until its agent starts again
 and removes the mdev, and is offered again then.
 """
-import uuid
 
 import pytest
 import requests
@@ -19,23 +18,6 @@ from cyborg.tests.functional import gate_stack
 NODES = {'agent-a': 'evac-node-a', 'agent-b': 'evac-node-b'}
 HEADERS = {'X-Auth-Token': 'admin',
            'OpenStack-API-Version': 'accelerator 2.8'}
-
-
-def _bind(api, node, rp):
-    """A new instance with one vGPU request bound on ``node``; (instance,
-    ARQ uuid)."""
-    arq = requests.post(
-        f'{api}/accelerator_requests', headers=HEADERS, timeout=30,
-        json={'device_profile_name': 'evac-vgpu'}).json()['arqs'][0]
-    instance = str(uuid.uuid4())
-    answer = requests.patch(
-        f'{api}/accelerator_requests', headers=HEADERS, timeout=30,
-        json={arq['uuid']: [
-            {'path': '/hostname', 'op': 'add', 'value': node},
-            {'path': '/device_rp_uuid', 'op': 'add', 'value': rp},
-            {'path': '/instance_uuid', 'op': 'add', 'value': instance}]})
-    assert answer.status_code == 202, answer.text
-    return instance, arq['uuid']
 
 
 def _state(api, arq):
@@ -74,7 +56,7 @@ def test_evacuation_from_a_killed_host(tmp_path, rabbit_url, db_engine,
                                    'groups': [{'resources:VGPU': '1'}]}])
         assert answer.status_code == 201, answer.text
 
-        instance, arq = _bind(api, a, rps[a])
+        instance, arq = stack.bind_new('evac-vgpu', a, rps[a])
         gate_stack.wait_for(lambda: _state(api, arq) == 'Bound',
                             'the vGPU bound on host A', 30, interval=0.5)
         [taken] = stack.attach_handles(a)
@@ -90,14 +72,14 @@ def test_evacuation_from_a_killed_host(tmp_path, rabbit_url, db_engine,
                               headers=HEADERS, timeout=10)
         assert answer.status_code == 404
         # ... and binds new ones on host B, which work.
-        _, moved = _bind(api, b, rps[b])
+        _, moved = stack.bind_new('evac-vgpu', b, rps[b])
         gate_stack.wait_for(lambda: _state(api, moved) == 'Bound',
                             'the vGPU bound on host B', 30, interval=0.5)
         # Host A's vGPU may still exist: not offered, not bindable.
         [held] = stack.attach_handles(a)
         assert held['in_use']
         assert placement.reserved(roots[a]) == 1
-        _, refused = _bind(api, a, rps[a])
+        _, refused = stack.bind_new('evac-vgpu', a, rps[a])
         gate_stack.wait_for(lambda: _state(api, refused) == 'BindFailed',
                             'the bind on host A to fail', 30, interval=0.5)
         answer = requests.delete(
@@ -115,7 +97,7 @@ def test_evacuation_from_a_killed_host(tmp_path, rabbit_url, db_engine,
         gate_stack.wait_for(
             lambda: placement.reserved(roots[a]) == 0,
             'placement to offer host A\'s handle', 30, interval=0.5)
-        _, again = _bind(api, a, rps[a])
+        _, again = stack.bind_new('evac-vgpu', a, rps[a])
         gate_stack.wait_for(lambda: _state(api, again) == 'Bound',
                             'the vGPU bound on host A again', 30,
                             interval=0.5)
