@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cyborg.accelerator.drivers.base import AcceleratorDriver
+from cyborg.accelerator.drivers.base import act
 from cyborg.agent import cache as agent_cache
 from cyborg.common import exception
 from cyborg.common.device_layout import check_shape
@@ -35,15 +36,8 @@ def find_device(driver: AcceleratorDriver, controlpath_id: dict[str, str]
 
 def options(driver: AcceleratorDriver, device: DriverDevice
             ) -> dict[str, Any]:
-    try:
-        return dict(driver.layout_options(device))
-    except exception.CyborgException:
-        raise
-    except Exception as exc:
-        raise exception.DeviceActionError(
-            action='read the layout options',
-            device=canonical_json(device.controlpath_id),
-            reason=f'{type(exc).__name__}: {exc}') from exc
+    return dict(act(driver.layout_options, 'read the layout options',
+                    canonical_json(device.controlpath_id), device))
 
 
 # Adds what the driver needs beyond the layout (an FPGA image's file).
@@ -67,33 +61,18 @@ def apply(driver: AcceleratorDriver, cache: agent_cache.AgentCache,
             == canonical_json(controlpath_id)]
     cache.record_layout(controlpath_id, driver.driver_name, layout)
     try:
-        driver.apply_layout(device, wanted)
+        act(driver.apply_layout, 'apply the layout',
+            canonical_json(controlpath_id), device, wanted)
     except exception.Invalid:
         # Refused before anything changed: keep what was kept before.
         cache.record_layout(controlpath_id, driver.driver_name,
                             kept[0] if kept else None)
         raise
-    except exception.CyborgException:
-        raise
-    except Exception as exc:
-        LOG.exception('Driver %s failed to apply layout %s on %s',
-                      driver.driver_name, layout,
-                      canonical_json(controlpath_id))
-        raise exception.DeviceActionError(
-            action='apply the layout', device=canonical_json(controlpath_id),
-            reason=f'{type(exc).__name__}: {exc}') from exc
 
 
 def prepare(driver: AcceleratorDriver, device: DriverDevice) -> None:
-    try:
-        driver.prepare(device)
-    except exception.CyborgException:
-        raise
-    except Exception as exc:
-        raise exception.DeviceActionError(
-            action='prepare the device',
-            device=canonical_json(device.controlpath_id),
-            reason=f'{type(exc).__name__}: {exc}') from exc
+    act(driver.prepare, 'prepare the device',
+        canonical_json(device.controlpath_id), device)
 
 
 def reapply(drivers: list[AcceleratorDriver],

@@ -3,7 +3,6 @@ import errno
 import logging
 import os
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import oslo_messaging as messaging
@@ -13,6 +12,7 @@ from oslo_utils import uuidutils
 from cyborg import context as cyborg_context
 from cyborg import version
 from cyborg.accelerator.drivers.base import AcceleratorDriver
+from cyborg.accelerator.drivers.base import act
 from cyborg.agent import cache as agent_cache
 from cyborg.agent import driver_control as agent_drivers
 from cyborg.agent import layouts
@@ -162,8 +162,8 @@ class AgentManager:
             LOG.info('Programming %s on %s with bitstream %s (%s)',
                      deployable_name, device, bitstream.id,
                      bitstream.function_id or 'no function id')
-            self._act(driver.program, 'program', device, controlpath_id,
-                      deployable_name, path, bitstream.to_dict())
+            act(driver.program, 'program', device, controlpath_id,
+                deployable_name, path, bitstream.to_dict())
             self.cache.record_bitstream(controlpath_id, deployable_name,
                                         driver_name, bitstream.id)
         LOG.info('Programmed %s with bitstream %s', deployable_name,
@@ -197,9 +197,9 @@ class AgentManager:
         driver = self._driver(driver_name, 'clean', device)
         with self._device_lock(device):
             LOG.info('Cleaning attach handle %s on %s', handle_uuid, device)
-            self._act(driver.clean, 'clean', device,
-                      DriverAttachHandle(attach_type=attach_type,
-                                         attach_info=dict(attach_info)))
+            act(driver.clean, 'clean', device,
+                DriverAttachHandle(attach_type=attach_type,
+                                   attach_info=dict(attach_info)))
 
     def _mdev_action(self, action: str, driver_name: str,
                      attach_info: dict[str, str], mdev_uuid: str) -> None:
@@ -210,7 +210,7 @@ class AgentManager:
         method = (driver.create_mdev if action == 'create mdev'
                   else driver.remove_mdev)
         LOG.debug('%s %s on %s', action, mdev_uuid, device)
-        self._act(method, action, device, attach_info, mdev_uuid)
+        act(method, action, device, attach_info, mdev_uuid)
         if action == 'create mdev':
             self.cache.record_mdev(mdev_uuid, driver_name, attach_info)
         else:
@@ -415,21 +415,6 @@ class AgentManager:
     def _device_lock(self, device: str) -> threading.Lock:
         with self._device_locks_guard:
             return self._device_locks.setdefault(device, threading.Lock())
-
-    @staticmethod
-    def _act(method: Callable[..., None], action: str, device: str,
-             *args: Any) -> None:
-        """Call a driver; errors that are not cyborg's become
-        DeviceActionError, so the caller learns what failed."""
-        try:
-            method(*args)
-        except exception.CyborgException:
-            raise
-        except Exception as exc:
-            LOG.exception('Driver failed to %s on %s', action, device)
-            raise exception.DeviceActionError(
-                action=action, device=device,
-                reason=f'{type(exc).__name__}: {exc}') from exc
 
     def _report(self) -> bool:
         """Report now, so that the device's new traits reach placement."""

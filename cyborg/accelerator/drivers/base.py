@@ -1,8 +1,11 @@
 """The interface every accelerator driver implements."""
 import abc
+import logging
 import re
+from collections.abc import Callable
 from typing import Any
 from typing import ClassVar
+from typing import TypeVar
 
 from oslo_config import cfg
 
@@ -11,6 +14,25 @@ from cyborg.common.device_health import Health
 from cyborg.common.device_health import Usage
 from cyborg.common.device_report import DriverAttachHandle
 from cyborg.common.device_report import DriverDevice
+
+LOG = logging.getLogger(__name__)
+T = TypeVar('T')
+
+
+def act(method: Callable[..., T], action: str, device: str,
+        *args: Any) -> T:
+    """Call a driver to ``action`` on ``device``; an error that is not
+    cyborg's becomes DeviceActionError, so the caller learns what failed
+    (cyborg's own, such as Invalid or NotSupported, pass as they are)."""
+    try:
+        return method(*args)
+    except exception.CyborgException:
+        raise
+    except Exception as exc:
+        LOG.exception('Driver failed to %s on %s', action, device)
+        raise exception.DeviceActionError(
+            action=action, device=device,
+            reason=f'{type(exc).__name__}: {exc}') from exc
 
 _NOT_TRAIT_CHARS = re.compile('[^A-Z0-9_]')
 
