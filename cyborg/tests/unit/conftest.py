@@ -1,6 +1,8 @@
-"""Fixtures of the driver tests: a sysfs tree and a host reading it."""
+"""Fixtures of the driver tests: a sysfs tree, a host reading it, and
+the emulated kernel acting on its writes."""
 import pytest
 
+from cyborg.tests import sysfs_kernel
 from cyborg.tests.sysfs import SysfsTree
 
 
@@ -16,3 +18,11 @@ def host_conf(conf, tree):
     conf.set_override('host', 'cmp1')
     conf.set_override('sysfs_root', tree.root, 'agent')
     return conf
+
+
+@pytest.fixture
+def kernel(tree):
+    """The emulated kernel (``sysfs_kernel``) following ``tree``'s writes,
+    in a thread, for the test's length."""
+    with sysfs_kernel.Kernel(tree.root) as kernel:
+        yield kernel

@@ -45,19 +45,6 @@ def tree(tmp_path):
     return tree
 
 
-@pytest.fixture
-def kernel(tree):
-    with sysfs_kernel.Kernel(tree.root) as kernel:
-        yield kernel
-
-
-@pytest.fixture
-def host_conf(conf, tree):
-    conf.set_override('host', 'cmp1')
-    conf.set_override('sysfs_root', tree.root, 'agent')
-    return conf
-
-
 def events(tree, event):
     return [e for e in sysfs_kernel.read_log(tree.root)
             if e['event'] == event]

@@ -51,13 +51,6 @@ def kernel(tree):
     return kernel
 
 
-@pytest.fixture
-def host_conf(conf, tree):
-    conf.set_override('host', 'cmp1')
-    conf.set_override('sysfs_root', tree.root, 'agent')
-    return conf
-
-
 def _nvidia(conf, creator, type_id='nvidia-222'):
     conf.set_override('mdev_creator', creator, 'gpu_devices')
     conf.set_override('enabled_vgpu_types', [type_id], 'gpu_devices')
