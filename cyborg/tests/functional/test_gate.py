@@ -539,8 +539,10 @@ def _placement_outage(gate: Gate) -> None:
     assert _fpga_inventory(gate, rp)['total'] == ACCELERATORS
     gate.report['placement catch-up'] = round(time.monotonic() - back, 1)
     gate.sdk.accelerator.enable_device(device)
+    # Placement just came back: a write it refuses (its SQLite busy, a
+    # 500) waits for the next periodic pass, as the reservation did.
     wait_for(lambda: _fpga_inventory(gate, rp)['reserved'] == 0,
-             'the device enabled in placement', 10)
+             'the device enabled in placement', PLACEMENT_CATCH_UP)
 
 
 # --- the gate ------------------------------------------------------------
