@@ -291,10 +291,11 @@ class Stack:
             # Not listening yet, or bound but not serving yet.
             return False
 
-    def add_api(self, threads: int = 8) -> Process:
+    def add_api(self, threads: int = 8,
+                extra: dict[str, dict[str, Any]] | None = None) -> Process:
         """cyborg-api without Keystone: the token ``admin`` is an
         administrator. No Keystone validates service tokens here, so
-        binds do not require one."""
+        binds do not require one. ``extra`` as for ``add_conductor``."""
         return self._service('api', 'api', {
             'DEFAULT': self._default('api',
                                      rpc_response_timeout=RPC_TIMEOUT),
@@ -302,7 +303,7 @@ class Stack:
             'api': {'host_ip': '127.0.0.1', 'port': self.api_port,
                     'auth_strategy': 'noauth',
                     'require_service_token': 'false',
-                    'threads': threads}})
+                    'threads': threads}}, extra)
 
     def api_up(self) -> bool:
         try:
