@@ -199,6 +199,11 @@ class Cluster:
         quorum queues elect leaders on the others."""
         self.node(index).stop()
 
+    def kill_node(self, index: int) -> None:
+        """SIGKILL node ``index``, as a crash of its host would end it:
+        its clients' sockets close without an AMQP goodbye."""
+        self.node(index).kill()
+
     def start_node(self, index: int) -> None:
         """Start node ``index`` again (it rejoins the cluster from its
         database) and wait until every node runs."""
