@@ -7,8 +7,12 @@ cluster's own (a ``HOME`` in that directory), so that neither the machine's
 broker nor another test process's cluster can be reached by mistake. Node
 1 starts first; the others join it while they boot (classic peer
 discovery), which saves the ``stop_app``/``join_cluster``/``start_app``
-round of ``rabbitmqctl`` calls. ``running`` starts one outside pytest too
-(``tools/bench/rabbit_cluster.py``).
+round of ``rabbitmqctl`` calls. They start once node 1 accepts AMQP
+connections, not with it: a node that joins one still booting fails its
+schema check and exits. Node 1 boots in about 5 s on an idle machine of two
+cores, the two others side by side in about 7 s; the ``erl`` flags tried
+(one scheduler, no busy waiting) changed nothing. ``running`` starts a
+cluster outside pytest too (``tools/bench/rabbit_cluster.py``).
 """
 import contextlib
 import json
@@ -32,8 +36,8 @@ from cyborg.tests.functional import gate_stack
 SCRIPTS = pathlib.Path(os.environ.get('CYBORG_TEST_RABBITMQ_SCRIPTS',
                                       '/usr/lib/rabbitmq/bin'))
 USER = 'guest'
-# Seconds a node may take to answer on its AMQP port: one boots in about
-# 5 s here, two joining side by side in about 7 s (2 cores).
+# Seconds a node may take to answer on its AMQP port: 5 s idle, 21 s was
+# seen on a machine loaded 20 times over.
 BOOT_TIMEOUT = 60
 # Seconds a node gets to stop after ``rabbitmqctl stop`` before SIGKILL.
 STOP_TIMEOUT = 30

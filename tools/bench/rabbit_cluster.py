@@ -100,24 +100,16 @@ def _burst(args: argparse.Namespace, workdir: pathlib.Path,
         events = nova.wait_events(run_.taken)
     finally:
         stack.stop_all()
-    redelivered = sum(_redelivered(stack.processes[h].log())
-                      for h in conductors)
+    run_twice = burst.run_twice(
+        [stack.processes[h].log() for h in conductors])
     figures = {'items': args.n, 'clients': args.clients,
                'queues': queue['type'], 'stopped_node': stopped,
                'stopped_by': 'SIGKILL' if args.kill else 'rabbitmqctl stop',
                'connections_lost': connections[stopped],
                'connections': sum(connections.values()),
-               'redelivered': redelivered, 'nova_events': events,
+               'run_twice': run_twice, 'nova_events': events,
                **tally.figures()}
     return figures
-
-
-def _redelivered(log: str) -> int:
-    """Messages a conductor took more than once (by message id)."""
-    ids = [line.split('message with id ', 1)[1].split()[0]
-           for line in log.splitlines()
-           if 'Receive incoming message with id' in line]
-    return len(ids) - len(set(ids))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     figures['wall_s'] = round(time.monotonic() - started, 1)
     for key in ('connections_lost', 'connections', 'items', 'requests',
                 'retries', 'recovered_by_retry', 'lost', 'duplicated',
-                'refused', 'unbound', 'redelivered',
+                'refused', 'unbound', 'run_twice',
                 'recovery_s', 'longest_gap_s', 'action_s', 'elapsed_s',
                 'wall_s'):
         print(f'  {key:<20} {figures[key]}')

@@ -309,3 +309,24 @@ def tally(burst: Burst, engine: sa.engine.Engine) -> Tally:
         action_s=round(burst.broken_at - burst.broke_at, 2),
         elapsed_s=round(burst.elapsed, 1),
         errors=[f'{a.status} {a.error}' for a in failed])
+
+
+def run_twice(logs: list[str]) -> int:
+    """How many RPC calls the servers whose logs are given ran more than
+    once between them.
+
+    oslo.messaging's RPC server logs each message it takes (at DEBUG, as
+    ``gate_stack`` configures conductors) before it acknowledges it, and
+    skips one whose acknowledgement failed: the broker delivers that one
+    again. Calls taken twice, less the skipped takings, ran twice.
+    """
+    ids = [line.split(_RECEIVED, 1)[1].split()[0]
+           for log in logs for line in log.splitlines() if _RECEIVED in line]
+    # Casts have no id.
+    ids = [i for i in ids if i != 'None']
+    skipped = sum(log.count(_SKIPPED) for log in logs)
+    return len(ids) - len(set(ids)) - skipped
+
+
+_RECEIVED = 'Receive incoming message with id '
+_SKIPPED = 'Can not acknowledge message. Skip processing'

@@ -70,14 +70,19 @@ def test_stopping_the_leading_node_loses_no_request(
         run = burst.Burst(stack.api_url, rp_uuids, ITEMS, CLIENTS)
         run.run(ITEMS // 3, stop)
         tally = burst.tally(run, mysql_engine)
+        run_twice = burst.run_twice(
+            [stack.processes[h].log() for h in CONDUCTORS])
         print(f'node {stopped} stopped, connections by node '
-              f'{connections}: {tally.figures()}')
+              f'{connections}, {run_twice} calls run twice: '
+              f'{tally.figures()}')
         # A new leader on a node still running, elected by the other two.
         assert leader(rabbit_cluster, 'cyborg-conductor') != stopped
         assert tally.requests == 2 * tally.items, tally
         assert (tally.lost, tally.refused, tally.duplicated,
                 tally.unbound) == (0, 0, 0, 0), tally
         assert tally.bound == tally.handles_in_use == tally.items, tally
+        # No call was run by both conductors, or twice by one.
+        assert run_twice == 0
         # The burst went on once the node was down.
         assert tally.answered_after > 0, tally
         events = gate_stack.wait_for(
