@@ -118,22 +118,25 @@ class Burst:
     """Creates and binds of at least ``items`` items by ``clients`` threads
     against the API at ``api_url``, binding to the devices ``rp_uuids``
     (seeded by ``seed``) in turn; ``after`` items at least are sent once
-    the action has ended."""
+    the action has ended. Items are numbered from ``first``; one number
+    names one instance (``instance_of``)."""
 
     def __init__(self, api_url: str, rp_uuids: list[str], items: int,
-                 clients: int, after: int = 20) -> None:
+                 clients: int, after: int = 20, first: int = 0) -> None:
         self.api_url = api_url
         self.rp_uuids = rp_uuids
         self.items = items
         self.clients = clients
         self.after = after
-        # As many as the seeded devices have handles.
+        # As many as the seeded devices have handles, counting those of
+        # the bursts before (numbered below ``first``).
         self.limit = len(rp_uuids) * HANDLES_PER_DEVICE
         self._after_started = 0
         self.requests: list[Request] = []
         self._lock = threading.Lock()
         self._done = threading.Condition(self._lock)
-        self._next = 0
+        self.first = first
+        self._next = first
         self._finished = 0
         # When the breaking action began and ended (monotonic).
         self.broke_at: float | None = None
@@ -161,12 +164,12 @@ class Burst:
     @property
     def taken(self) -> int:
         """How many items were sent."""
-        return self._next
+        return self._next - self.first
 
     def _take(self) -> int | None:
         with self._lock:
             if self._next >= self.limit or (
-                    self._next >= self.items and self.broken_at is not None
+                    self.taken >= self.items and self.broken_at is not None
                     and self._after_started >= self.after):
                 return None
             if self.broken_at is not None:

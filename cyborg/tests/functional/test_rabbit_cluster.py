@@ -6,10 +6,11 @@ cyborg-api and two cyborg-conductors run as processes (``gate_stack``) on
 MariaDB, with a transport URL listing the three nodes (``rabbit_cluster``)
 and oslo.messaging's quorum queues on, for the servers' queues and the
 reply queues. Client threads create and bind (``burst``); once a third of
-the items is done the node leading the conductors' queue, the one every
-service is connected to, is stopped. A request may need its one retry; the
-database must show one request per answered create and every bind Bound
-once, on a handle of its own.
+the items is done the node leading the conductors' queue is stopped. A
+request may need its one retry; the database must show one request per
+answered create and every bind Bound once, on a handle of its own, and no
+conductor may have run a call twice. The node then starts again and
+rejoins, and the services go on without a retry.
 """
 import os
 from collections.abc import Iterator
@@ -85,8 +86,17 @@ def test_stopping_the_leading_node_loses_no_request(
         assert run_twice == 0
         # The burst went on once the node was down.
         assert tally.answered_after > 0, tally
+        # The node comes back, rejoins, and the services go on.
+        rabbit_cluster.start_node(stopped)
+        assert len(rabbit_cluster.running_nodes()) == 3
+        again = burst.Burst(stack.api_url, rp_uuids, CLIENTS, CLIENTS,
+                            after=0, first=tally.items)
+        again.run(0, lambda: None)
+        assert [r for r in again.requests
+                if len(r.attempts) > 1 or not r.answered] == []
+        items = tally.items + again.taken
         events = gate_stack.wait_for(
-            lambda: len(fake_nova.events()) >= tally.items
+            lambda: len(fake_nova.events()) >= items
             and fake_nova.events(), 'Nova to hear of every bind')
         assert sorted(e['server_uuid'] for e in events) == sorted(
-            burst.instance_of(i) for i in range(tally.items))
+            burst.instance_of(i) for i in range(items))
