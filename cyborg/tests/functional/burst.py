@@ -152,7 +152,10 @@ class Burst:
         for thread in threads:
             thread.start()
         with self._done:
-            self._done.wait_for(lambda: self._finished >= break_after)
+            # A client that failed (it counts as lost) ends its thread.
+            self._done.wait_for(
+                lambda: self._finished >= break_after
+                or not any(t.is_alive() for t in threads))
         self.broke_at = time.monotonic()
         action()
         with self._lock:
@@ -181,19 +184,24 @@ class Burst:
         session = requests.Session()
         session.headers.update(gate_stack.API_HEADERS)
         while (item := self._take()) is not None:
-            created = self._send(session, Request('create', item), 'POST',
-                                 {'device_profile_name': PROFILE})
-            if created.answered:
-                arq = created.arqs[0]
-                self._send(session, Request('bind', item), 'PATCH', {arq: [
-                    {'op': 'add', 'path': '/hostname', 'value': HOSTNAME},
-                    {'op': 'add', 'path': '/device_rp_uuid',
-                     'value': self.rp_uuids[item % len(self.rp_uuids)]},
-                    {'op': 'add', 'path': '/instance_uuid',
-                     'value': instance_of(item)}]})
-            with self._done:
-                self._finished += 1
-                self._done.notify_all()
+            try:
+                self._item(session, item)
+            finally:
+                with self._done:
+                    self._finished += 1
+                    self._done.notify_all()
+
+    def _item(self, session: requests.Session, item: int) -> None:
+        created = self._send(session, Request('create', item), 'POST',
+                             {'device_profile_name': PROFILE})
+        if created.answered:
+            arq = created.arqs[0]
+            self._send(session, Request('bind', item), 'PATCH', {arq: [
+                {'op': 'add', 'path': '/hostname', 'value': HOSTNAME},
+                {'op': 'add', 'path': '/device_rp_uuid',
+                 'value': self.rp_uuids[item % len(self.rp_uuids)]},
+                {'op': 'add', 'path': '/instance_uuid',
+                 'value': instance_of(item)}]})
 
     def _send(self, session: requests.Session, request: Request,
               method: str, body: dict[str, Any]) -> Request:
@@ -212,11 +220,14 @@ class Burst:
                 continue
             attempt = Attempt(started, time.monotonic(), answer.status_code)
             request.attempts.append(attempt)
-            if attempt.ok and method == 'POST':
-                request.arqs = [a['uuid'] for a in answer.json()['arqs']]
-            if answer.status_code < 500:
+            if attempt.ok:
+                if method == 'POST':
+                    request.arqs = [a['uuid']
+                                    for a in answer.json()['arqs']]
                 break
             attempt.error = answer.text[:200]
+            if answer.status_code < 500:
+                break
         with self._lock:
             self.requests.append(request)
         return request
