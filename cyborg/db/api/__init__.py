@@ -9,12 +9,12 @@ from typing import Any
 
 import sqlalchemy as sa
 from oslo_config import cfg
-from oslo_db import api as oslo_db_api
 from oslo_db.sqlalchemy import enginefacade
 from oslo_db.sqlalchemy import orm
 
 from cyborg import context as cyborg_context
 from cyborg.common import patches
+from cyborg.db.api import deadlocks
 
 # Each transaction rides on the request context (``context.session``).
 enginefacade.transaction_context_provider(cyborg_context.RequestContext)
@@ -23,11 +23,10 @@ reader = main_context_manager.reader
 writer = main_context_manager.writer
 
 # For transactions that lock rows other transactions also lock (binding
-# takes attach handles): a deadlock the database breaks is retried from
-# the start. Put it outside ``writer`` so each try is a new transaction.
-retry_on_deadlock = oslo_db_api.wrap_db_retry(
-    max_retries=10, retry_interval=0.05, inc_retry_interval=True,
-    max_retry_interval=1, retry_on_deadlock=True)
+# takes attach handles), and for every write on a Galera cluster: a
+# transaction aborted for a deadlock or a certification conflict is tried
+# again from the start (see deadlocks).
+retry_on_deadlock = deadlocks.retry_on_deadlock
 
 _ENGINE_OPTIONS = ('connection', 'slave_connection', 'sqlite_synchronous',
                    'connection_recycle_time', 'max_pool_size',
