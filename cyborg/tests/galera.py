@@ -75,6 +75,33 @@ def require() -> None:
             unavailable('Galera', f'there is no user {USER} to run it as')
 
 
+def schema_problems(node: 'Node', database: str) -> list[str]:
+    """What in ``database`` Galera cannot replicate safely: a table that
+    is not InnoDB (only InnoDB is replicated), or that has no primary key
+    (its rows' write-sets cannot be certified or applied in parallel)."""
+    connection = node.connect()
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT t.table_name, t.engine, COUNT(c.constraint_name) "
+                "FROM information_schema.tables t "
+                "LEFT JOIN information_schema.table_constraints c "
+                "ON c.table_schema = t.table_schema "
+                "AND c.table_name = t.table_name "
+                "AND c.constraint_type = 'PRIMARY KEY' "
+                "WHERE t.table_schema = %s AND t.table_type = 'BASE TABLE' "
+                "GROUP BY t.table_name, t.engine ORDER BY t.table_name",
+                (database,))
+            rows = list(cursor)
+    finally:
+        connection.close()
+    problems = [f'{name} is {engine}, not InnoDB'
+                for name, engine, _ in rows if engine != 'InnoDB']
+    problems += [f'{name} has no primary key'
+                 for name, _, keys in rows if not keys]
+    return problems
+
+
 class Node:
     """One cluster member: its ports, paths and process."""
 
@@ -151,10 +178,13 @@ class Node:
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def connect(self) -> pymysql.Connection:  # type: ignore[type-arg]
+        return pymysql.connect(host='127.0.0.1', port=self.port,
+                               user='root', connect_timeout=2)
+
     def status(self) -> dict[str, str]:
         """The node's ``wsrep_%`` status variables."""
-        connection = pymysql.connect(host='127.0.0.1', port=self.port,
-                                     user='root', connect_timeout=2)
+        connection = self.connect()
         try:
             with connection.cursor() as cursor:
                 cursor.execute("SHOW GLOBAL STATUS LIKE 'wsrep_%'")
