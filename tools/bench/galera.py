@@ -21,6 +21,8 @@ import sys
 import tempfile
 import time
 
+import api
+
 import cyborg.cmd  # noqa: F401  (native threads first)
 from cyborg import conf as cyborg_conf
 from cyborg.tests import galera
@@ -39,7 +41,14 @@ def run(args: argparse.Namespace, transport: str) -> dict[str, object]:
         with galera_binds.deployment(
                 cluster, workdir, transport, conf, args.handles, args.n,
                 args.devices) as deployment:
+            sessions = deployment.sessions()
+            cpu = api.cpu_used(sessions)
             load = deployment.bind(args.clients)
+            cpu = api.cpu_used(sessions) - cpu
+            # Share of the time since the node started that replication
+            # was paused because some node fell behind applying.
+            paused = [float(n.status()['wsrep_flow_control_paused'])
+                      for n in cluster.nodes]
             outcomes = deployment.outcomes()
             deadlocks = deployment.deadlocks()
     first = outcomes[0]
@@ -57,7 +66,12 @@ def run(args: argparse.Namespace, transport: str) -> dict[str, object]:
                                  if outcome == 'retried'),
         'conflicts_failed': sum(n for (_, outcome), n in deadlocks.items()
                                 if outcome == 'failed'),
-        'patch_errors': len(load.errors)}
+        'patch_errors': len(load.errors),
+        'flow_control_paused': round(max(paused), 3),
+        # The machine's own database and broker serve other clients too.
+        'cpu_ms_per_bind': {
+            label: round(cpu[label] * 1000 / args.n, 1)
+            for label in ('conductors', 'Galera nodes', 'clients')}}
     print(f'N={args.n} binds, {args.handles} handles on {args.devices} '
           f'device(s), {args.clients} clients, 3 conductors on 3 nodes:')
     print(f'  {figures["binds_per_s"]:>8} binds/s   '
@@ -65,8 +79,11 @@ def run(args: argparse.Namespace, transport: str) -> dict[str, object]:
           f'p99 {figures["p99_ms"]} ms  (per PATCH)')
     for name in ('bound', 'bind_failed', 'handles_used_twice',
                  'arqs_stuck', 'nodes_agree', 'conflicts_retried',
-                 'conflicts_failed', 'patch_errors'):
+                 'conflicts_failed', 'patch_errors', 'flow_control_paused'):
         print(f'  {name.replace("_", " ")}: {figures[name]}')
+    print('  CPU ms per bind: ' + ', '.join(
+        f'{label} {ms}' for label, ms in figures['cpu_ms_per_bind'].items()))
+    print(f'  deadlocks by transaction: {deadlocks}')
     for uuids, error in load.errors[:5]:
         print(f'  PATCH of {uuids} failed: {error}')
     return figures

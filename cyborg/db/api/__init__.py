@@ -28,6 +28,11 @@ writer = main_context_manager.writer
 # again from the start (see deadlocks).
 retry_on_deadlock = deadlocks.retry_on_deadlock
 
+# Set in a connection's ``info`` (``Session.connection().info``): whether
+# it is to a node of a Galera cluster, whose nodes lock rows for their own
+# transactions only (see attach_handles.take).
+GALERA = 'cyborg_galera'
+
 _ENGINE_OPTIONS = ('connection', 'slave_connection', 'sqlite_synchronous',
                    'connection_recycle_time', 'max_pool_size',
                    'max_overflow', 'pool_timeout', 'mysql_sql_mode',
@@ -41,7 +46,8 @@ def _tune_engine(engine: sa.engine.Engine) -> None:
     READ, whose plain SELECTs keep showing a snapshot (a loop re-reading a
     row another transaction changed would see the old value forever) and
     whose gap locks make concurrent writers wait on rows they never touch;
-    their connections are set to READ COMMITTED too. SQLite serialises
+    their connections are set to READ COMMITTED too, and note whether
+    they are to a Galera node (``GALERA``). SQLite serialises
     writers (see _serialize_sqlite_writers).
     """
     if engine.dialect.name == 'mysql':
@@ -51,8 +57,11 @@ def _tune_engine(engine: sa.engine.Engine) -> None:
             try:
                 cursor.execute(
                     'SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED')
+                cursor.execute("SHOW VARIABLES LIKE 'wsrep_on'")
+                found = cursor.fetchone()
             finally:
                 cursor.close()
+            record.info[GALERA] = bool(found) and found[1] == 'ON'
 
         # Connections pooled before the listener (oslo.db tries one when
         # it creates the engine) are dropped, so every one gets it.

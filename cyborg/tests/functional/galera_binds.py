@@ -127,6 +127,15 @@ class Deployment:
         return sum(n for (_, outcome), n in self.deadlocks().items()
                    if outcome == 'retried')
 
+    def sessions(self) -> dict[int, str]:
+        """The nodes' and conductors' session ids (each was started in a
+        session of its own), labelled for ``tools/bench/api.cpu_used``."""
+        found = {n.process.pid: 'Galera nodes' for n in self.cluster.nodes
+                 if n.process is not None}
+        found.update((p.pid, 'conductors')
+                     for p in self.stack.processes.values())
+        return found
+
     def events(self) -> int:
         """Bound events Nova took."""
         return len(self.nova.events())

@@ -2,20 +2,24 @@
 3-node MariaDB Galera cluster (``cyborg.tests.galera``), to fewer attach
 handles than requests.
 
-Each node locks rows for its own transactions only: two conductors may
-take the same free handle through two nodes, and the cluster's
-certification aborts the second commit. The bind is tried again
-(``deadlocks``); no handle may end held twice, and every request must end
-Bound or BindFailed. CYBORG_TEST_GALERA_BINDS sets how many requests are
-bound (150 by default, with 4/5 as many handles; the benchmark,
-``tools/bench/galera.py``, runs 2,000).
+The schema is checked first (every table InnoDB, with a primary key, on
+every node). Each node locks rows for its own transactions only: two
+conductors may take the same free handle through two nodes, and the
+cluster's certification aborts the second commit. The bind is tried
+again (``deadlocks``); no handle may end held twice, and every request
+must end Bound or BindFailed. CYBORG_TEST_GALERA_BINDS sets how many
+requests are bound (150 by default, with 4/5 as many handles; the
+benchmark, ``tools/bench/galera.py``, runs 2,000).
 """
 import os
-from collections.abc import Iterator
 
 import pytest
+import sqlalchemy as sa
+from oslo_db.sqlalchemy import engines
 
-from cyborg.db import migration
+from cyborg.db import api as db_api
+from cyborg.db import models
+from cyborg.db.api import attach_handles
 from cyborg.tests import galera
 from cyborg.tests.functional import galera_binds
 from cyborg.tests.functional import gate_stack
@@ -27,36 +31,55 @@ HANDLES = REQUESTS * 4 // 5
 CLIENTS = 24
 
 
-@pytest.fixture(scope='module')
-def cluster() -> Iterator[galera.Cluster]:
-    with galera.running() as started:
-        yield started
-
-
-@pytest.mark.flow
-def test_schema_fits_galera(cluster):
-    database = 'cyborg_schema'
-    with cluster.nodes[0].connect() as connection:
-        with connection.cursor() as cursor:
-            cursor.execute(f'CREATE DATABASE {database}')
-    migration.upgrade('head', url=cluster.urls(database)[0])
-    assert galera.schema_problems(cluster.nodes[0], database) == []
-    # The schema reached every node.
-    for node in cluster.nodes[1:]:
+def _check_schema(cluster: galera.Cluster, database: str) -> None:
+    """Every node has every table, each fit for Galera."""
+    tables = set()
+    for node in cluster.nodes:
         assert galera.schema_problems(node, database) == []
         with node.connect() as connection:
             with connection.cursor() as cursor:
                 cursor.execute(
                     'SELECT COUNT(*) FROM information_schema.tables '
                     'WHERE table_schema = %s', (database,))
-                assert cursor.fetchone()[0] > 10
+                tables.add(cursor.fetchone()[0])
+    assert len(tables) == 1 and tables.pop() > 10
+
+
+def _check_search_from_random_handles(url: str) -> None:
+    """A bind through a Galera node searches from a random handle, not
+    from past the one this process took last: that one is where the
+    other nodes' binds search too."""
+    engine = engines.create_engine(db_api.connection_url(url))
+    undo = db_api.patch_engine(engine)
+    try:
+        with engine.connect() as connection:
+            assert connection.info[db_api.GALERA] is True
+            deployable = connection.scalar(sa.select(models.Deployable.id))
+        taken = set()
+        for _ in range(20):
+            # Rolled back: the handles stay free, the hint where it was.
+            with sa.orm.Session(engine) as session:
+                taken.add(attach_handles.take(session, deployable).id)
+                session.rollback()
+    finally:
+        undo()
+        engine.dispose()
+    # From the hint, all 20 would be the same handle; from random ones
+    # among HANDLES (120), all the same has a chance of 1 in 120 ** 19.
+    assert len(taken) > 1, taken
 
 
 @pytest.mark.flow
-def test_three_conductors_never_share_a_handle(cluster, conf, rabbit_url,
-                                               tmp_path, record_property):
-    with galera_binds.deployment(cluster, tmp_path, rabbit_url, conf,
-                                 HANDLES, REQUESTS) as deployment:
+def test_three_conductors_never_share_a_handle(conf, rabbit_url, tmp_path,
+                                               record_property):
+    # One test: a cluster takes 15-25 s to start, and pytest-xdist would
+    # start one per worker that runs a test of this module.
+    with galera.running() as cluster, galera_binds.deployment(
+            cluster, tmp_path, rabbit_url, conf, HANDLES,
+            REQUESTS) as deployment:
+        _check_schema(cluster, deployment.database)
+        _check_search_from_random_handles(
+            cluster.urls(deployment.database)[1])
         load = deployment.bind(CLIENTS)
         outcomes = deployment.outcomes()
         deadlocks = deployment.deadlocks()
