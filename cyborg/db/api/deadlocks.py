@@ -30,7 +30,7 @@ LOG = logging.getLogger(__name__)
 # Tries after the first, as oslo.db's wrap_db_retry was given before.
 # With the waits below a transaction waits at most 6.55 s in all (3.3 s
 # on average) before it gives up: three conductors binding 2,000 requests
-# through three Galera nodes to one deployable had 159-218 tries aborted
+# through three Galera nodes to one deployable had 159-279 tries aborted
 # and none given up; a conflict that outlasts 10 retries is a livelock to
 # report, not to hide.
 RETRIES = 10
