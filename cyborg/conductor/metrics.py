@@ -1,4 +1,5 @@
-"""A conductor's Prometheus metrics: ARQs by state, and bind durations.
+"""A conductor's Prometheus metrics: ARQs by state, bind durations and
+the transactions the database aborted for a deadlock.
 
 Every conductor serves the same ARQ counts, those of the whole cloud read
 from the database, and a histogram of the binds it ran itself: sum the
@@ -19,6 +20,7 @@ from cyborg import context as cyborg_context
 from cyborg.common import metrics_server
 from cyborg.db import models
 from cyborg.db.api import arqs
+from cyborg.db.api import deadlocks
 
 LOG = logging.getLogger(__name__)
 
@@ -102,6 +104,22 @@ class ArqCollector(prom_registry.Collector):
         yield family
 
 
+class DeadlockCollector(prom_registry.Collector):
+    """This process's deadlocks by transaction and outcome
+    (``deadlocks.counts``)."""
+
+    def collect(self) -> Iterator[core.Metric]:
+        family = core.CounterMetricFamily(
+            'cyborg_db_deadlocks', 'Transactions of this conductor the '
+            'database aborted for a deadlock or a Galera certification '
+            'conflict, by whether they were retried or failed.',
+            labels=['transaction', 'outcome'])
+        for (transaction, outcome), count in sorted(
+                deadlocks.counts.snapshot().items()):
+            family.add_metric([transaction, outcome], count)
+        yield family
+
+
 class ConductorMetrics:
     """The conductor's metrics, served on ``[conductor] metrics_host`` and
     ``metrics_port`` between ``start()`` and ``stop()``."""
@@ -112,6 +130,7 @@ class ConductorMetrics:
         # process and platform collectors prometheus_client registers.
         self.registry = prom_registry.CollectorRegistry()
         self.registry.register(ArqCollector())
+        self.registry.register(DeadlockCollector())
         self.registry.register(bind_durations.histogram)
         self.server = metrics_server.MetricsServer(
             conf.conductor.metrics_host, conf.conductor.metrics_port,

@@ -26,10 +26,12 @@ conductor_opts: list[cfg.Opt] = [
         'metrics_port',
         default=0,
         help='TCP port on which the conductor serves Prometheus metrics at '
-             '/metrics: accelerator requests by state and how long its '
-             'binds took. 0, the default, serves none. Every conductor '
+             '/metrics: accelerator requests by state, how long its binds '
+             'took and how many of its transactions the database aborted '
+             'for a deadlock. 0, the default, serves none. Every conductor '
              'serves the same accelerator request counts (of the whole '
-             'cloud) and a histogram of its own binds. See the "Monitoring '
+             'cloud), and a histogram of its own binds and counts of its '
+             'own deadlocks. See the "Monitoring '
              'accelerators" admin guide.'),
     cfg.HostAddressOpt(
         'metrics_host',

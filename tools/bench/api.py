@@ -45,10 +45,11 @@ from cyborg.db import api as db_api
 from cyborg.db import migration
 from cyborg.db.api import inventory
 from cyborg.tests import utils
+from cyborg.tests.functional import bind_load
 
 HEADERS = {'X-Auth-Token': 'admin', 'X-Service-Roles': 'service',
            'Content-Type': 'application/json'}
-HOSTNAME = 'bench-node'
+HOSTNAME = bind_load.HOSTNAME
 
 
 def _free_port() -> int:
@@ -72,17 +73,6 @@ def _database(server_url: str) -> tuple[str, str]:
         database=name).render_as_string(hide_password=False)
 
 
-def widen(dep, handles: int) -> None:
-    """Give a fake deployable ``handles`` TEST_PCI attach handles, more
-    than the fake driver's PCI functions allow."""
-    template = dep.attach_handles[0]
-    dep.attach_handles = [
-        type(template)(attach_type='TEST_PCI',
-                       attach_info={'index': str(i)})
-        for i in range(handles)]
-    dep.num_accelerators = handles
-
-
 def _seed(url: str, accelerators: int) -> str:
     """Fake devices with ``accelerators`` handles; the rp_uuid to bind to."""
     conf = cyborg_conf.CONF
@@ -94,7 +84,7 @@ def _seed(url: str, accelerators: int) -> str:
     migration.upgrade('head', url=url)
     # One deployable holding every handle, so that binds contend for it.
     device = fake.FakeDriver(conf).discover()[0]
-    widen(device.deployables[0], accelerators)
+    bind_load.widen(device.deployables[0], accelerators)
     ctx = cyborg_context.get_admin_context()
     engine = engines.create_engine(url)
     undo = db_api.patch_engine(engine)

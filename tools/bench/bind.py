@@ -27,46 +27,20 @@ from collections.abc import Callable
 
 import api
 import sqlalchemy as sa
-from oslo_config import cfg
 from oslo_db.sqlalchemy import engines
 
 import cyborg.cmd  # noqa: F401  (native threads first)
 from cyborg import conf as cyborg_conf
 from cyborg import context as cyborg_context
-from cyborg.accelerator.drivers import fake
 from cyborg.common import rpc
 from cyborg.conductor import rpcapi
 from cyborg.db import api as db_api
 from cyborg.db import migration
 from cyborg.db import models
-from cyborg.db.api import arqs
-from cyborg.db.api import device_profiles
-from cyborg.db.api import inventory
 from cyborg.tests import utils
+from cyborg.tests.functional import bind_load
 
-HOSTNAME = api.HOSTNAME
-PROFILE = 'bench'
-
-def _seed(conf: cfg.ConfigOpts, devices: int, handles: int,
-          requests: int) -> tuple[list[str], list[str]]:
-    """``devices`` fake devices of ``handles`` TEST_PCI handles each, and
-    ``requests`` Initial ARQs; their rp_uuids and the ARQs' uuids."""
-    conf.set_override('host', 'bench-host')
-    conf.set_override('hostname', HOSTNAME, 'agent')
-    conf.set_override('device_count', devices, 'fake_driver')
-    found = fake.FakeDriver(conf).discover()
-    for device in found:
-        api.widen(device.deployables[0], handles)
-    ctx = cyborg_context.get_admin_context()
-    inventory.apply_report(ctx, 'bench-host', {
-        'hostname': HOSTNAME, 'devices': [d.to_dict() for d in found]})
-    rp_uuids = [d['deployables'][0]['rp_uuid']
-                for d in inventory.get_host_devices(ctx, 'bench-host')]
-    device_profiles.create(ctx, {'name': PROFILE,
-                                 'groups': [{'resources:FPGA': '1'}]})
-    uuids = [arqs.create(ctx, PROFILE, None)[0]['uuid']
-             for _ in range(requests)]
-    return rp_uuids, uuids
+HOSTNAME = bind_load.HOSTNAME
 
 
 def _states(engine: sa.engine.Engine) -> dict[str, int]:
@@ -122,8 +96,8 @@ def run(n: int, clients: int, batch: int, conductors: int, devices: int,
         migration.upgrade('head', url=url)
         undo = db_api.patch_engine(engine)
         try:
-            rp_uuids, uuids = _seed(conf, devices,
-                                    math.ceil(total / devices), total)
+            rp_uuids, uuids = bind_load.seed(
+                conf, devices, math.ceil(total / devices), total)
         finally:
             undo()
         exchange = f'bench-{uuid.uuid4().hex[:8]}'

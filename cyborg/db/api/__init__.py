@@ -9,12 +9,12 @@ from typing import Any
 
 import sqlalchemy as sa
 from oslo_config import cfg
-from oslo_db import api as oslo_db_api
 from oslo_db.sqlalchemy import enginefacade
 from oslo_db.sqlalchemy import orm
 
 from cyborg import context as cyborg_context
 from cyborg.common import patches
+from cyborg.db.api import deadlocks
 
 # Each transaction rides on the request context (``context.session``).
 enginefacade.transaction_context_provider(cyborg_context.RequestContext)
@@ -23,11 +23,15 @@ reader = main_context_manager.reader
 writer = main_context_manager.writer
 
 # For transactions that lock rows other transactions also lock (binding
-# takes attach handles): a deadlock the database breaks is retried from
-# the start. Put it outside ``writer`` so each try is a new transaction.
-retry_on_deadlock = oslo_db_api.wrap_db_retry(
-    max_retries=10, retry_interval=0.05, inc_retry_interval=True,
-    max_retry_interval=1, retry_on_deadlock=True)
+# takes attach handles), and for every write on a Galera cluster: a
+# transaction aborted for a deadlock or a certification conflict is tried
+# again from the start (see deadlocks).
+retry_on_deadlock = deadlocks.retry_on_deadlock
+
+# Set in a connection's ``info`` (``Session.connection().info``): whether
+# it is to a node of a Galera cluster, whose nodes lock rows for their own
+# transactions only (see attach_handles.take).
+GALERA = 'cyborg_galera'
 
 _ENGINE_OPTIONS = ('connection', 'slave_connection', 'sqlite_synchronous',
                    'connection_recycle_time', 'max_pool_size',
@@ -42,7 +46,8 @@ def _tune_engine(engine: sa.engine.Engine) -> None:
     READ, whose plain SELECTs keep showing a snapshot (a loop re-reading a
     row another transaction changed would see the old value forever) and
     whose gap locks make concurrent writers wait on rows they never touch;
-    their connections are set to READ COMMITTED too. SQLite serialises
+    their connections are set to READ COMMITTED too, and note whether
+    they are to a Galera node (``GALERA``). SQLite serialises
     writers (see _serialize_sqlite_writers).
     """
     if engine.dialect.name == 'mysql':
@@ -52,8 +57,11 @@ def _tune_engine(engine: sa.engine.Engine) -> None:
             try:
                 cursor.execute(
                     'SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED')
+                cursor.execute("SHOW VARIABLES LIKE 'wsrep_on'")
+                found = cursor.fetchone()
             finally:
                 cursor.close()
+            record.info[GALERA] = bool(found) and found[1] == 'ON'
 
         # Connections pooled before the listener (oslo.db tries one when
         # it creates the engine) are dropped, so every one gets it.

@@ -6,6 +6,7 @@ import sqlalchemy as sa
 
 from cyborg import context as cyborg_context
 from cyborg.accelerator.drivers import fake
+from cyborg.db import api as db_api
 from cyborg.db import models
 from cyborg.db.api import arq_bindings
 from cyborg.db.api import arqs
@@ -62,6 +63,9 @@ def test_search_starts_past_the_last_handle_taken_then_wraps(conf,
                                                              db_engine):
     attach_handles._search_from.clear()
     deployable = _seed(conf, handles=3)
+    # Not a Galera node: see test_galera_binding for those.
+    with db_engine.connect() as conn:
+        assert not conn.info.get(db_api.GALERA)
     ctx = cyborg_context.get_admin_context()
 
     def bind():
