@@ -14,6 +14,7 @@ from cyborg.common import exception
 from cyborg.common import notifications
 from cyborg.conductor import binding
 from cyborg.conductor import cleaning
+from cyborg.conductor import heartbeats
 from cyborg.conductor import host_drivers
 from cyborg.conductor import layouts
 from cyborg.conductor import placement_sync
@@ -77,6 +78,7 @@ class ConductorManager:
         self.layouts = layouts.DeviceLayouts(
             conf, lambda: self.binder.agent_api, self.sync_placement)
         self.notifier = notifications.get_notifier(conf, 'cyborg-conductor')
+        self.heartbeats = heartbeats.HeartbeatBatch()
 
     def sync_placement(self, hostname: str) -> int:
         """Publish the host's changes; the providers still pending."""
@@ -134,7 +136,12 @@ class ConductorManager:
             LOG.error('Ignoring a heartbeat for unknown binary %r from %s',
                       binary, host)
             return
-        services.heartbeat(context, host, binary, version, hostname)
+        problem = services.invalid_heartbeat(host, version, hostname)
+        if problem:
+            # Checked here: written in a batch, it would fail the batch.
+            LOG.error('Ignoring a heartbeat from %r: %s', host, problem)
+            return
+        self.heartbeats.add(host, binary, version, hostname)
 
     # The API's writes (1.1). Each validates what only the database can
     # tell (existence, uniqueness, state) and raises a CyborgException that

@@ -28,6 +28,7 @@ class ConductorService(rpc_service.RPCService):
                  metrics: conductor_metrics.ConductorMetrics | None) -> None:
         super().__init__(rpc.CONDUCTOR_TOPIC, conductor.conf.host,
                          [conductor], tasks)
+        self.conductor = conductor
         self.metrics = metrics
 
     def start(self) -> None:
@@ -39,6 +40,8 @@ class ConductorService(rpc_service.RPCService):
 
     def stop(self) -> None:
         super().stop()
+        # After the RPC server: no heartbeat comes in any more.
+        self.conductor.heartbeats.stop()
         if self.metrics is not None:
             self.metrics.stop()
 
