@@ -1,4 +1,6 @@
 """Assembling a conductor: RPC endpoints, its heartbeat and periodic work."""
+import functools
+
 from oslo_config import cfg
 
 from cyborg import context as cyborg_context
@@ -67,7 +69,8 @@ def build(conf: cfg.ConfigOpts) -> ConductorService:
                                       layouts.REDRIVE_INTERVAL)]
     if conductor.placement is not None:
         tasks.append(rpc_service.PeriodicTask(
-            'placement-sync', conductor.placement.sync_pending,
+            'placement-sync', functools.partial(
+                conductor.placement.sync_pending, placement_sync.SETTLE),
             min(placement_sync.TICK, conf.placement.sync_interval)))
         # Cheap while placement answers: it then only reads a flag.
         tasks.append(rpc_service.PeriodicTask(
