@@ -16,8 +16,9 @@ host's compute-node provider as Nova does, then:
     (and, for MariaDB and RabbitMQ, what other users of them burn);
 ``heartbeats``, ``reports``
     only heartbeats (every ``--heartbeat-interval``), then only unchanged
-    full reports (every host once in the window): server CPU per
-    heartbeat and per unchanged report, over the idle window;
+    full reports (every host once in the window, after an unmeasured
+    window of the same): server CPU per heartbeat and per unchanged
+    report, over the idle window;
 ``steady``
     both at their intervals for ``--steady-seconds``: server CPU in % of
     one core, per 1,000 hosts.
@@ -27,8 +28,10 @@ placement, MariaDB and RabbitMQ. MariaDB's is also split by connection
 (its threads, one per connection, found by ``information_schema.
 PROCESSLIST.TID``): ``MariaDB (cyborg)`` and ``MariaDB (placement)`` are
 the threads serving this run's databases, so other users of the shared
-server do not count there. RabbitMQ cannot be split: its figure is over
-the idle window's.
+server do not count there. RabbitMQ cannot be split: its figure
+(``RabbitMQ broker``, the server process alone) is over the idle
+window's. The machine's other users (tests, other benchmarks) disturb
+MariaDB's total and RabbitMQ's figures.
 
     python tools/bench/hosts.py -H 2000 -d 8 --json hosts.json
 """
@@ -55,21 +58,26 @@ from cyborg.tests import placement_server
 from cyborg.tests import simulated_hosts
 from cyborg.tests import utils
 
-# Labels of the servers counted as the service's CPU.
-SERVERS = ('conductors', 'placement', 'MariaDB', 'RabbitMQ')
+# The label of the RabbitMQ server; other beam.smp processes (rabbitmqctl
+# runs of other users of the machine) are 'RabbitMQ'.
+BROKER = 'RabbitMQ broker'
 
 
-def _mariadb_pid() -> int | None:
+def _oldest(*names: str) -> int | None:
+    """The pid of the longest-running process with one of ``names``: the
+    server, not a CLI tool of the same executable (rabbitmqctl runs
+    beam.smp too)."""
+    found = []
     for stat in glob.glob('/proc/[0-9]*/stat'):
         try:
             with open(stat) as f:
                 text = f.read()
         except OSError:
             continue
-        if text[text.index('(') + 1:text.rindex(')')] in ('mariadbd',
-                                                          'mysqld'):
-            return int(text.split(' ', 1)[0])
-    return None
+        if text[text.index('(') + 1:text.rindex(')')] in names:
+            fields = text[text.rindex(')') + 2:].split()
+            found.append((int(fields[19]), int(text.split(' ', 1)[0])))
+    return min(found)[1] if found else None
 
 
 def _child(marker: str) -> int:
@@ -95,37 +103,43 @@ class MariaDBThreads:
     def __init__(self, server_url: str, databases: dict[str, str]) -> None:
         self.engine = sa.create_engine(server_url)
         self.databases = databases
-        self.pid = _mariadb_pid()
+        self.pid = _oldest('mariadbd', 'mysqld')
 
-    def sample(self) -> dict[tuple[str, int], float]:
-        """(label, thread id) -> CPU seconds so far."""
+    def sample(self) -> tuple[dict[int, float], dict[int, str]]:
+        """CPU seconds so far of every MariaDB thread, and the label of
+        each thread serving one of the databases."""
         if self.pid is None:
-            return {}
+            return {}, {}
         with self.engine.connect() as conn:
             rows = conn.execute(sa.text(
                 'SELECT TID, DB FROM information_schema.PROCESSLIST')).all()
         tick = os.sysconf('SC_CLK_TCK')
         used = {}
-        for tid, db in rows:
-            if db not in self.databases:
-                continue
+        for path in glob.glob(f'/proc/{self.pid}/task/[0-9]*/stat'):
             try:
-                with open(f'/proc/{self.pid}/task/{tid}/stat') as f:
+                with open(path) as f:
                     fields = f.read().rsplit(')', 1)[1].split()
             except OSError:
                 continue
-            used[(self.databases[db], tid)] = (
+            used[int(path.split('/')[4])] = (
                 int(fields[11]) + int(fields[12])) / tick
-        return used
+        return used, {tid: self.databases[db] for tid, db in rows
+                      if db in self.databases}
 
     @staticmethod
-    def delta(before: dict, after: dict) -> collections.Counter:
-        """CPU per label between two samples; a thread that came in
-        between counts from zero, one that went is lost (connections
-        live in pools, so few come and go)."""
+    def delta(before: tuple[dict[int, float], dict[int, str]],
+              after: tuple[dict[int, float], dict[int, str]]
+              ) -> collections.Counter:
+        """CPU per label between two samples, of the threads serving the
+        databases at the end. MariaDB hands a new connection a cached
+        thread, with the CPU of its earlier connections: a thread counts
+        from its first sample, and one that came in between from zero.
+        A connection that went in between is lost (connections live in
+        pools, so few come and go)."""
         used: collections.Counter = collections.Counter()
-        for key, seconds in after.items():
-            used[key[0]] += seconds - before.get(key, 0.0)
+        for tid, label in after[1].items():
+            if tid in after[0]:
+                used[label] += after[0][tid] - before[0].get(tid, 0.0)
         return used
 
 
@@ -161,8 +175,8 @@ def _attributable(window: Meter, idle: Meter) -> float:
     placement and this run's MariaDB threads as measured, RabbitMQ over
     the idle window's rate."""
     cpu = window.servers()
-    rabbit = max(0.0, cpu.get('RabbitMQ', 0.0) - idle.servers().get(
-        'RabbitMQ', 0.0) * window.seconds / idle.seconds)
+    rabbit = max(0.0, cpu.get(BROKER, 0.0) - idle.servers().get(
+        BROKER, 0.0) * window.seconds / idle.seconds)
     return (cpu.get('conductors', 0.0) + cpu.get('placement', 0.0)
             + cpu.get('MariaDB (cyborg)', 0.0)
             + cpu.get('MariaDB (placement)', 0.0) + rabbit)
@@ -175,8 +189,8 @@ def _percent(window: Meter, idle: Meter | None, hosts: int
     cpu = window.servers()
     result = {label: seconds * per for label, seconds in sorted(cpu.items())}
     if idle is not None:
-        result['RabbitMQ over idle'] = max(0.0, (
-            cpu.get('RabbitMQ', 0.0) - idle.servers().get('RabbitMQ', 0.0)
+        result[f'{BROKER} over idle'] = max(0.0, (
+            cpu.get(BROKER, 0.0) - idle.servers().get(BROKER, 0.0)
             * window.seconds / idle.seconds) * per)
         result['attributable'] = _attributable(window, idle) * per
     return result
@@ -271,6 +285,9 @@ def run(args: argparse.Namespace, transport: str) -> dict[str, Any]:
                                         str(tmp / f'conductor-{i}.log')))
             sessions = {proc.pid: 'conductors' for proc in procs}
             sessions[_child(placement_server.CALLS_PATH)] = 'placement'
+            broker = _oldest('beam.smp')
+            if broker is not None:
+                sessions[broker] = BROKER
             meter = MariaDBThreads(args.db_server, databases)
             _wait_conductors(engine, args.conductors)
 
@@ -315,6 +332,10 @@ def run(args: argparse.Namespace, transport: str) -> dict[str, Any]:
                 sent_hb = sim.steady(args.unit_seconds,
                                      args.heartbeat_interval, None)
             _print_cpu('heartbeats', beating, hosts, idle)
+            # Unmeasured: a conductor may take a host's first unchanged
+            # report to learn that it is unchanged.
+            sim.steady(args.unit_seconds, None, args.unit_seconds,
+                       args.concurrency)
             calls = nova.calls()
             with Meter(sessions, meter) as reporting:
                 sent_rep = sim.steady(args.unit_seconds, None,
