@@ -3,7 +3,8 @@
 One process speaks the agent's RPC as H hosts of D fake devices each
 (``cyborg.tests.simulated_hosts``) against ``--conductors`` cyborg-conductor
 processes on MariaDB, a RabbitMQ virtual host of its own and a real
-openstack-placement (one waitress process, on MariaDB). It creates each
+openstack-placement (``--placement-workers`` waitress processes, on one
+MariaDB database, each conductor calling one of them). It creates each
 host's compute-node provider as Nova does, then:
 
 ``register``
@@ -16,9 +17,9 @@ host's compute-node provider as Nova does, then:
     (and, for MariaDB and RabbitMQ, what other users of them burn);
 ``heartbeats``, ``reports``
     only heartbeats (every ``--heartbeat-interval``), then only unchanged
-    full reports (every host once in the window, after an unmeasured
-    window of the same): server CPU per heartbeat and per unchanged
-    report, over the idle window;
+    full reports (every host once in the window, after 2N - 1 unmeasured
+    windows of the same for N conductors): server CPU per heartbeat and
+    per unchanged report, over the idle window;
 ``steady``
     both at their intervals for ``--steady-seconds``: server CPU in % of
     one core, per 1,000 hosts.
@@ -37,6 +38,7 @@ MariaDB's total and RabbitMQ's figures.
 """
 import argparse
 import collections
+import contextlib
 import glob
 import json
 import os
@@ -80,9 +82,10 @@ def _oldest(*names: str) -> int | None:
     return min(found)[1] if found else None
 
 
-def _child(marker: str) -> int:
-    """The pid of this process's child whose command line holds
+def _children(marker: str) -> list[int]:
+    """The pids of this process's children whose command line holds
     ``marker``."""
+    found = []
     for path in glob.glob('/proc/[0-9]*/stat'):
         try:
             with open(path) as f:
@@ -93,8 +96,30 @@ def _child(marker: str) -> int:
         except (OSError, IndexError):
             continue
         if int(fields[1]) == os.getpid() and marker.encode() in cmdline:
-            return pid
-    raise SystemExit(f'no child process runs {marker!r}')
+            found.append(pid)
+    return found
+
+
+class _Placements:
+    """``count`` placement processes on one database; calls summed."""
+
+    def __init__(self, workdir: pathlib.Path, database_url: str,
+                 count: int) -> None:
+        self.stack = contextlib.ExitStack()
+        self.urls = []
+        for i in range(count):
+            path = workdir / f'placement-{i}'
+            path.mkdir()
+            # One after the other: each syncs the schema at its start.
+            self.urls.append(self.stack.enter_context(
+                placement_server.serve(path, database_url)))
+        self.clients = [placement_server.Placement(u) for u in self.urls]
+
+    def calls(self) -> int:
+        return sum(client.calls() for client in self.clients)
+
+    def close(self) -> None:
+        self.stack.close()
 
 
 class MariaDBThreads:
@@ -259,8 +284,9 @@ def run(args: argparse.Namespace, transport: str) -> dict[str, Any]:
     print(f'logs in {tmp}')
     procs = []
     try:
-        with placement_server.serve(tmp, placement_url) as url:
-            nova = placement_server.Placement(url)
+        placements = _Placements(tmp, placement_url, args.placement_workers)
+        try:
+            nova = placements.clients[0]
             hostnames = [f'sim-{i:05d}' for i in range(hosts)]
             start = time.perf_counter()
             for hostname in hostnames:
@@ -269,22 +295,25 @@ def run(args: argparse.Namespace, transport: str) -> dict[str, Any]:
                   f'{time.perf_counter() - start:.1f} s')
             exchange = f'bench-hosts-{os.getpid()}'
             conf_file = str(tmp / 'cyborg.conf')
-            sections = {
+            sections: dict[str, dict] = {
                 'DEFAULT': {'transport_url': transport,
                             'control_exchange': exchange},
-                'database': {'connection': cyborg_url},
-                'placement': {'auth_type': 'admin_token',
-                              'endpoint': url, 'endpoint_override': url,
-                              'token': 'admin'}}
+                'database': {'connection': cyborg_url}}
             for i in range(args.conductors):
+                # Several placement processes: each conductor its own.
+                url = placements.urls[i % len(placements.urls)]
                 sections['DEFAULT']['host'] = f'conductor-{i}'
+                sections['placement'] = {
+                    'auth_type': 'admin_token', 'endpoint': url,
+                    'endpoint_override': url, 'token': 'admin'}
                 api.write_config(conf_file + f'.{i}', sections,
                                  args.option)
                 procs.append(api._start('cyborg.cmd.conductor',
                                         conf_file + f'.{i}',
                                         str(tmp / f'conductor-{i}.log')))
             sessions = {proc.pid: 'conductors' for proc in procs}
-            sessions[_child(placement_server.CALLS_PATH)] = 'placement'
+            for pid in _children(placement_server.CALLS_PATH):
+                sessions[pid] = 'placement'
             broker = _oldest('beam.smp')
             if broker is not None:
                 sessions[broker] = BROKER
@@ -300,12 +329,12 @@ def run(args: argparse.Namespace, transport: str) -> dict[str, Any]:
             print(f'{hosts} hosts x {devices} devices, {args.conductors} '
                   f'conductor(s), {args.concurrency} report(s) at once; '
                   f'calibration {api.calibration():.0f} ms:')
-            calls = nova.calls()
+            calls = placements.calls()
             with Meter(sessions, meter) as registering:
                 results = sim.register(args.concurrency)
                 registered = time.monotonic() - registering._start
                 _wait_placed(engine, hosts * devices, args.place_timeout)
-            placement_calls = nova.calls() - calls
+            placement_calls = placements.calls() - calls
             added = sum(r['devices_added'] for r in results)
             if added != hosts * devices:
                 raise SystemExit(f'{added} devices added, '
@@ -321,9 +350,16 @@ def run(args: argparse.Namespace, transport: str) -> dict[str, Any]:
                   f'{total / registering.seconds:.0f} providers/s, '
                   f'{placement_calls / total:.2f} placement calls per '
                   f'device ({per_device:.2f} + 1 per host)')
-            print('              CPU s: ' + ', '.join(
-                f'{label} {seconds:.1f}' for label, seconds in
-                sorted(registering.servers().items())))
+            busy = {label: seconds / registering.seconds
+                    for label, seconds in registering.servers().items()}
+            print('              CPU ms per provider (% of a core): '
+                  + ', '.join(f'{label} {seconds * 1000 / total:.1f} '
+                              f'({busy[label] * 100:.0f} %)'
+                              for label, seconds in
+                              sorted(registering.servers().items())))
+            print(f'              10,000 x 8 at this rate: '
+                  f'{10000 * 8 / (total / registering.seconds) / 60:.0f} '
+                  f'min; busiest: {max(busy, key=busy.get)}')
 
             with Meter(sessions, meter) as idle:
                 time.sleep(args.idle_seconds)
@@ -332,15 +368,18 @@ def run(args: argparse.Namespace, transport: str) -> dict[str, Any]:
                 sent_hb = sim.steady(args.unit_seconds,
                                      args.heartbeat_interval, None)
             _print_cpu('heartbeats', beating, hosts, idle)
-            # Unmeasured: a conductor may take a host's first unchanged
-            # report to learn that it is unchanged.
-            sim.steady(args.unit_seconds, None, args.unit_seconds,
-                       args.concurrency)
-            calls = nova.calls()
+            # Unmeasured: each conductor learns that a host is unchanged
+            # from a full report of it (see cyborg.conductor.reports), and
+            # a host's reports go to any conductor: after 2N - 1 passes
+            # most hosts have met each of N conductors.
+            for _ in range(2 * args.conductors - 1):
+                sim.steady(args.unit_seconds, None, args.unit_seconds,
+                           args.concurrency)
+            calls = placements.calls()
             with Meter(sessions, meter) as reporting:
                 sent_rep = sim.steady(args.unit_seconds, None,
                                       args.unit_seconds, args.concurrency)
-            report_calls = nova.calls() - calls
+            report_calls = placements.calls() - calls
             _print_cpu('reports', reporting, hosts, idle)
             with Meter(sessions, meter) as steady:
                 sent = sim.steady(args.steady_seconds,
@@ -378,6 +417,9 @@ def run(args: argparse.Namespace, transport: str) -> dict[str, Any]:
                     for k, v in registering.servers().items()},
                 'extrapolated_10000x8_seconds': round(
                     10000 * 8 / rate, 0),
+                'register_cpu_ms_per_provider': {
+                    label: round(seconds * 1000 / total, 2)
+                    for label, seconds in registering.servers().items()},
                 'heartbeat_cpu_ms': round(hb_ms, 3),
                 'unchanged_report_cpu_ms': round(rep_ms, 3),
                 'unchanged_report_placement_calls': report_calls,
@@ -391,8 +433,10 @@ def run(args: argparse.Namespace, transport: str) -> dict[str, Any]:
             }
             rpc.cleanup()
             return result
+        finally:
+            api.stop(procs)
+            placements.close()
     finally:
-        api.stop(procs)
         engine.dispose()
         for name in databases:
             api._admin(args.db_server, f'DROP DATABASE {name}')
@@ -406,6 +450,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('-c', '--concurrency', type=int, default=16,
                         help='reports in flight at once (default: 16)')
     parser.add_argument('--conductors', type=int, default=2)
+    parser.add_argument('--placement-workers', type=int, default=1,
+                        help='placement processes on its database, the '
+                             'conductors spread over them (default: 1)')
     parser.add_argument('--heartbeat-interval', type=float, default=10)
     parser.add_argument('--report-interval', type=float, default=600,
                         help='seconds between two unchanged full reports '
