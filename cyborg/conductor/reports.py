@@ -18,6 +18,13 @@ that a write committed later, stamped by a clock a little behind, or in
 MariaDB's whole seconds, still moves it; and only when nothing is
 unsettled (providers not in placement yet, parts kept missing while in
 use), which only the full path finishes.
+
+The memory is per conductor and a host's reports go to any conductor:
+each conductor learns a host from one full report of it while its rows
+are settled, and keeps it while the stamp stays (a report another
+conductor answered, or applied without a write, keeps it). With N
+conductors a host pays about 2N - 1 full reports after a restart, then
+none until its rows change; a bind on its devices changes them too.
 """
 import datetime
 import logging
