@@ -195,16 +195,33 @@ class Meter:
                 if label != 'clients'}
 
 
-def _attributable(window: Meter, idle: Meter) -> float:
+# What this run's servers burn: RabbitMQ serves other users too and is
+# counted over its idle rate; the others are this run's alone.
+OURS = ('conductors', 'placement', 'MariaDB (cyborg)', 'MariaDB (placement)')
+
+
+def _attributable(window: Meter, idle: Meter, over_idle: bool = False
+                  ) -> float:
     """Server CPU seconds of ``window`` that this run caused: conductors,
-    placement and this run's MariaDB threads as measured, RabbitMQ over
-    the idle window's rate."""
-    cpu = window.servers()
-    rabbit = max(0.0, cpu.get(BROKER, 0.0) - idle.servers().get(
-        BROKER, 0.0) * window.seconds / idle.seconds)
-    return (cpu.get('conductors', 0.0) + cpu.get('placement', 0.0)
-            + cpu.get('MariaDB (cyborg)', 0.0)
-            + cpu.get('MariaDB (placement)', 0.0) + rabbit)
+    placement and this run's MariaDB threads as measured (``over_idle``:
+    less what they burn idle, for the cost of what was sent), RabbitMQ
+    over the idle window's rate."""
+    cpu, quiet = window.servers(), idle.servers()
+    scale = window.seconds / idle.seconds
+    used = max(0.0, cpu.get(BROKER, 0.0) - quiet.get(BROKER, 0.0) * scale)
+    for label in OURS:
+        used += cpu.get(label, 0.0) - (
+            quiet.get(label, 0.0) * scale if over_idle else 0.0)
+    return used
+
+
+def _per_op(window: Meter, idle: Meter, count: int) -> dict[str, float]:
+    """CPU ms per item sent in ``window``, by server, over idle."""
+    cpu, quiet = window.servers(), idle.servers()
+    scale = window.seconds / idle.seconds
+    return {label: round(max(0.0, cpu.get(label, 0.0) - quiet.get(
+        label, 0.0) * scale) * 1000 / max(1, count), 3)
+        for label in (*OURS, BROKER)}
 
 
 def _percent(window: Meter, idle: Meter | None, hosts: int
@@ -387,9 +404,9 @@ def run(args: argparse.Namespace, transport: str) -> dict[str, Any]:
                                   args.report_interval)
             _print_cpu('steady', steady, hosts, idle)
             recorded = _heartbeats_recorded(engine)
-            hb_ms = _attributable(beating, idle) * 1000 / max(
+            hb_ms = _attributable(beating, idle, True) * 1000 / max(
                 1, sent_hb.heartbeats)
-            rep_ms = _attributable(reporting, idle) * 1000 / max(
+            rep_ms = _attributable(reporting, idle, True) * 1000 / max(
                 1, sent_rep.reports)
             print(f'  per heartbeat {hb_ms:.2f} CPU ms '
                   f'({sent_hb.heartbeats} sent, lag '
@@ -398,6 +415,12 @@ def run(args: argparse.Namespace, transport: str) -> dict[str, Any]:
                   f'{report_calls} placement calls); {recorded} agents '
                   f'recorded; steady sent {sent.heartbeats} heartbeats, '
                   f'{sent.reports} reports, {sent.failures} failed')
+            for what, window, count in (
+                    ('heartbeat', beating, sent_hb.heartbeats),
+                    ('unchanged report', reporting, sent_rep.reports)):
+                print(f'  CPU ms per {what}: ' + ', '.join(
+                    f'{label} {ms:.2f}' for label, ms in
+                    _per_op(window, idle, count).items()))
             rate = total / registering.seconds
             result = {
                 'hosts': hosts, 'devices': devices,
@@ -421,7 +444,11 @@ def run(args: argparse.Namespace, transport: str) -> dict[str, Any]:
                     label: round(seconds * 1000 / total, 2)
                     for label, seconds in registering.servers().items()},
                 'heartbeat_cpu_ms': round(hb_ms, 3),
+                'heartbeat_cpu_ms_by_process': _per_op(
+                    beating, idle, sent_hb.heartbeats),
                 'unchanged_report_cpu_ms': round(rep_ms, 3),
+                'unchanged_report_cpu_ms_by_process': _per_op(
+                    reporting, idle, sent_rep.reports),
                 'unchanged_report_placement_calls': report_calls,
                 'idle_percent_per_1000_hosts': _percent(idle, None, hosts),
                 'steady_percent_per_1000_hosts': _percent(steady, idle,
