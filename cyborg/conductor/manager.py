@@ -14,9 +14,11 @@ from cyborg.common import exception
 from cyborg.common import notifications
 from cyborg.conductor import binding
 from cyborg.conductor import cleaning
+from cyborg.conductor import heartbeats
 from cyborg.conductor import host_drivers
 from cyborg.conductor import layouts
 from cyborg.conductor import placement_sync
+from cyborg.conductor import reports
 from cyborg.db.api import arqs
 from cyborg.db.api import attach_handles
 from cyborg.db.api import attributes
@@ -55,6 +57,17 @@ def _check_from_agent(host: Any, validate: Callable[[str, Any], None],
         raise
 
 
+def _digest(host: Any, report: Any) -> str | None:
+    """The report's content hash; None when it is not well-formed enough
+    to have one (validation then says what is wrong)."""
+    if not isinstance(host, str):
+        return None
+    try:
+        return device_report.report_hash(report)
+    except (KeyError, TypeError, AttributeError, ValueError):
+        return None
+
+
 class ConductorManager:
     """Turns agent reports and heartbeats into database rows, publishes
     them to placement and binds accelerator requests."""
@@ -77,6 +90,8 @@ class ConductorManager:
         self.layouts = layouts.DeviceLayouts(
             conf, lambda: self.binder.agent_api, self.sync_placement)
         self.notifier = notifications.get_notifier(conf, 'cyborg-conductor')
+        self.heartbeats = heartbeats.HeartbeatBatch()
+        self.reports = reports.UnchangedReports()
 
     def sync_placement(self, hostname: str) -> int:
         """Publish the host's changes; the providers still pending."""
@@ -93,6 +108,13 @@ class ConductorManager:
                                    exception.ReportConflict)
     def report_data(self, context: cyborg_context.RequestContext,
                     host: str, report: Any) -> dict[str, int]:
+        digest = _digest(host, report)
+        if digest is not None and self.reports.unchanged(context, host,
+                                                         digest):
+            # Validated when it was applied; nothing to write or publish.
+            LOG.debug('Host %s: report %s unchanged.', host, digest[:12])
+            return dict(inventory.ReportResult().to_dict(),
+                        placement_pending=0)
         _check_from_agent(host, device_report.validate_report, report,
                           'a device report')
         try:
@@ -125,6 +147,8 @@ class ConductorManager:
             driver_states.apply(context, host, report['drivers'])
         answer = result.to_dict()
         answer['placement_pending'] = self.sync_placement(report['hostname'])
+        if digest is not None and not answer['placement_pending']:
+            self.reports.applied(context, host, digest, report['hostname'])
         return answer
 
     def service_heartbeat(self, context: cyborg_context.RequestContext,
@@ -134,7 +158,12 @@ class ConductorManager:
             LOG.error('Ignoring a heartbeat for unknown binary %r from %s',
                       binary, host)
             return
-        services.heartbeat(context, host, binary, version, hostname)
+        problem = services.invalid_heartbeat(host, version, hostname)
+        if problem:
+            # Checked here: written in a batch, it would fail the batch.
+            LOG.error('Ignoring a heartbeat from %r: %s', host, problem)
+            return
+        self.heartbeats.add(host, binary, version, hostname)
 
     # The API's writes (1.1). Each validates what only the database can
     # tell (existence, uniqueness, state) and raises a CyborgException that

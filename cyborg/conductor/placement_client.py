@@ -69,6 +69,10 @@ class PlacementClient:
         # them by itself, and a stale entry costs one failed write.
         self._known_classes: set[str] = set()
         self._known_traits: set[str] = set()
+        # Held while a class or trait is created: threads syncing hosts
+        # at once would all create the first one (two conductors made
+        # three PUTs of one trait when 50 hosts registered together).
+        self._known_lock = threading.Lock()
 
     @property
     def adapter(self) -> ks_adapter.Adapter:
@@ -196,16 +200,22 @@ class PlacementClient:
         always exist and must not be created."""
         if not is_custom(name) or name in self._known_classes:
             return
-        self._request('PUT', f'/resource_classes/{name}', MV_CLASSES,
-                      (201, 204))
-        self._known_classes.add(name)
+        with self._known_lock:
+            if name not in self._known_classes:
+                self._request('PUT', f'/resource_classes/{name}',
+                              MV_CLASSES, (201, 204))
+                self._known_classes.add(name)
 
     def ensure_traits(self, names: set[str]) -> None:
-        for name in sorted(names):
-            if is_custom(name) and name not in self._known_traits:
-                self._request('PUT', f'/traits/{name}', MV_TRAITS,
-                              (201, 204))
-                self._known_traits.add(name)
+        if not any(is_custom(name) and name not in self._known_traits
+                   for name in names):
+            return
+        with self._known_lock:
+            for name in sorted(names):
+                if is_custom(name) and name not in self._known_traits:
+                    self._request('PUT', f'/traits/{name}', MV_TRAITS,
+                                  (201, 204))
+                    self._known_traits.add(name)
 
     def forget_known(self) -> None:
         """Re-create classes and traits on next use (after a 400)."""

@@ -1,4 +1,6 @@
 """Assembling a conductor: RPC endpoints, its heartbeat and periodic work."""
+import functools
+
 from oslo_config import cfg
 
 from cyborg import context as cyborg_context
@@ -28,6 +30,7 @@ class ConductorService(rpc_service.RPCService):
                  metrics: conductor_metrics.ConductorMetrics | None) -> None:
         super().__init__(rpc.CONDUCTOR_TOPIC, conductor.conf.host,
                          [conductor], tasks)
+        self.conductor = conductor
         self.metrics = metrics
 
     def start(self) -> None:
@@ -39,6 +42,8 @@ class ConductorService(rpc_service.RPCService):
 
     def stop(self) -> None:
         super().stop()
+        # After the RPC server: no heartbeat comes in any more.
+        self.conductor.heartbeats.stop()
         if self.metrics is not None:
             self.metrics.stop()
 
@@ -64,7 +69,8 @@ def build(conf: cfg.ConfigOpts) -> ConductorService:
                                       layouts.REDRIVE_INTERVAL)]
     if conductor.placement is not None:
         tasks.append(rpc_service.PeriodicTask(
-            'placement-sync', conductor.placement.sync_pending,
+            'placement-sync', functools.partial(
+                conductor.placement.sync_pending, placement_sync.SETTLE),
             min(placement_sync.TICK, conf.placement.sync_interval)))
         # Cheap while placement answers: it then only reads a flag.
         tasks.append(rpc_service.PeriodicTask(

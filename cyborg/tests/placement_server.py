@@ -22,12 +22,24 @@ import pytest
 import requests
 from oslo_config import cfg
 
+# Placement under waitress, counting the requests it takes; GET CALLS_PATH
+# answers the count so far (itself not counted), for tests and benchmarks
+# that count the calls an operation costs.
+CALLS_PATH = '/_calls'
 _SERVE = '''
-import sys, waitress
+import itertools, json, sys, waitress
 import placement.wsgi.api as api
-waitress.serve(api.application, host="127.0.0.1", port=int(sys.argv[1]),
+# Requests taken (itertools.count is atomic), and of them reads of CALLS_PATH.
+calls, reads = itertools.count(), itertools.count()
+def counted(environ, start_response):
+    taken = next(calls)
+    if environ["PATH_INFO"] == "%s":
+        start_response("200 OK", [("Content-Type", "application/json")])
+        return [json.dumps({"calls": taken - next(reads)}).encode()]
+    return api.application(environ, start_response)
+waitress.serve(counted, host="127.0.0.1", port=int(sys.argv[1]),
                threads=8, _quiet=True)
-'''
+''' % CALLS_PATH
 
 
 def _free_port() -> int:
@@ -83,6 +95,11 @@ class Placement:
         """What placement holds back below the root, all classes summed."""
         return sum(inventory['reserved'] for rp in self.tree(root_uuid)
                    for inventory in self.inventories(rp).values())
+
+    def calls(self) -> int:
+        """Requests the server has taken since it started, but these."""
+        return int(self.session.get(self.url + CALLS_PATH, timeout=30
+                                    ).json()['calls'])
 
     def traits(self, rp_uuid: str) -> set[str]:
         return set(self.get(f'/resource_providers/{rp_uuid}/traits'

@@ -119,8 +119,9 @@ _SERVERS = {'mariadbd': 'MariaDB', 'mysqld': 'MySQL', 'beam.smp': 'RabbitMQ',
 
 def cpu_used(sessions: dict[int, str]) -> collections.Counter:
     """CPU seconds used so far: by this process ('clients'), by the
-    processes of each session in ``sessions`` (a label each) and by the
-    database and broker servers. Empty where there is no /proc."""
+    processes of each session or process in ``sessions`` (session or
+    process id -> label) and by the database and broker servers. Empty
+    where there is no /proc."""
     used: collections.Counter = collections.Counter()
     tick = os.sysconf('SC_CLK_TCK')
     for stat in glob.glob('/proc/[0-9]*/stat'):
@@ -133,7 +134,8 @@ def cpu_used(sessions: dict[int, str]) -> collections.Counter:
         comm = text[text.index('(') + 1:text.rindex(')')]
         fields = text[text.rindex(')') + 2:].split()
         label = ('clients' if pid == os.getpid()
-                 else sessions.get(int(fields[3])) or _SERVERS.get(comm))
+                 else sessions.get(int(fields[3])) or sessions.get(pid)
+                 or _SERVERS.get(comm))
         if label:
             used[label] += (int(fields[11]) + int(fields[12])) / tick
     return used

@@ -33,7 +33,8 @@ from cyborg.db.api import inventory
 
 # The other benchmarks of this directory, each a module with a main().
 OTHERS = ('api', 'bind', 'discovery', 'health', 'health_latency',
-          'layout', 'placement', 'rabbit_cluster', 'serialize', 'vgpu')
+          'hosts', 'layout', 'placement', 'rabbit_cluster', 'serialize',
+          'vgpu')
 
 
 def _report(conf: cfg.ConfigOpts, count: int, host: str) -> dict:

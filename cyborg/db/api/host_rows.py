@@ -3,17 +3,21 @@
 A device is keyed by its control path, a deployable by its name within
 the device, an attribute by its key, an attach handle by its attach info;
 with them come the ids of the parts that accelerator requests still use.
+``stamp`` tells in one query whether any of them changed.
 Plain rows, not ORM objects: a host can have thousands of them and
 nothing here needs the identity map.
 """
 import dataclasses
+import datetime
 import json
 from typing import Any
 
 import sqlalchemy as sa
 
+from cyborg import context as cyborg_context
 from cyborg.common.device_report import canonical_json
 from cyborg.db import models
+from cyborg.db.api import reader
 
 Row = sa.engine.Row
 
@@ -107,3 +111,63 @@ def load(session: sa.orm.Session, host: str) -> HostRows:
     return HostRows(
         {cpid_key(e.cpid.cpid_type, e.cpid.cpid_info): e
          for e in by_device.values()}, busy_handles, busy_deployables)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stamp:
+    """What changes whenever a row of the host's inventory changes.
+
+    ``rows`` counts them (a delete lowers it), ``newest`` is their
+    latest ``created_at`` or ``updated_at`` (an insert or an update moves
+    it, as every write stamps its rows; see ``Base``). ``unsettled``
+    counts what the next report or placement pass may still change on its
+    own: deployables not in placement yet, parts kept missing while in
+    use, providers waiting for removal.
+    """
+
+    rows: int
+    newest: datetime.datetime | None
+    unsettled: int
+
+
+def _part(model: type[models.Base], unsettled: sa.ColumnElement[Any]
+          ) -> sa.Select[Any]:
+    return sa.select(model.created_at.label('created_at'),
+                     model.updated_at.label('updated_at'),
+                     unsettled.label('unsettled'))
+
+
+def _flag(condition: sa.ColumnElement[bool]) -> sa.ColumnElement[int]:
+    return sa.case((condition, 1), else_=0)
+
+
+@reader
+def stamp(context: cyborg_context.RequestContext, host: str,
+          hostname: str) -> Stamp:
+    """The host's inventory stamp, in one SELECT (indexed by host)."""
+    on_host = models.Device.host == host
+    dep, handle = models.Deployable, models.AttachHandle
+    none = sa.literal(0)
+    parts = sa.union_all(
+        _part(models.Device, none).where(on_host),
+        _part(models.ControlpathID, none).join(models.Device).where(on_host),
+        _part(dep, _flag(sa.or_(
+            dep.missing_since.is_not(None),
+            sa.and_(dep.rp_uuid.is_not(None), dep.rp_synced.is_(None)))))
+        .join(models.Device).where(on_host),
+        _part(models.Attribute, none).join(dep).join(models.Device)
+        .where(on_host),
+        _part(handle, _flag(handle.missing_since.is_not(None)))
+        .join(dep).join(models.Device).where(on_host),
+        _part(models.DriverState, none)
+        .where(models.DriverState.host == host),
+        _part(models.ProviderRemoval, sa.literal(1))
+        .where(models.ProviderRemoval.hostname == hostname),
+    ).subquery()
+    rows, created, updated, unsettled = context.session.execute(
+        sa.select(sa.func.count(), sa.func.max(parts.c.created_at),
+                  sa.func.max(parts.c.updated_at),
+                  sa.func.sum(parts.c.unsettled))).one()
+    newest = max((t for t in (created, updated) if t is not None),
+                 default=None)
+    return Stamp(rows, newest, int(unsettled or 0))

@@ -6,6 +6,7 @@ database here; ``rp_synced`` records the digest of the state last written
 to placement, so a host whose digests all match needs no placement call.
 """
 import dataclasses
+import datetime
 import hashlib
 import json
 import logging
@@ -152,11 +153,18 @@ def removals(context: cyborg_context.RequestContext,
 
 
 @reader
-def pending_hostnames(context: cyborg_context.RequestContext) -> list[str]:
-    """Hosts with a provider not yet written, or one to delete."""
+def pending_hostnames(context: cyborg_context.RequestContext,
+                      written_before: datetime.datetime | None = None
+                      ) -> list[str]:
+    """Hosts with a provider not yet written, or one to delete; with
+    ``written_before``, only those whose pending rows are older."""
     unsynced = (sa.select(Device.hostname).join(Dep)
                 .where(Dep.rp_synced.is_(None), Dep.rp_uuid.is_not(None)))
     removing = sa.select(Removal.hostname)
+    if written_before is not None:
+        unsynced = unsynced.where(sa.func.coalesce(
+            Dep.updated_at, Dep.created_at) < written_before)
+        removing = removing.where(Removal.created_at < written_before)
     return sorted(context.session.scalars(
         sa.union(unsynced, removing)))
 

@@ -1,9 +1,11 @@
 """Publishing deployables to a real placement, on every database."""
+import datetime
 import logging
 import time
 import uuid
 
 import pytest
+import sqlalchemy as sa
 
 from cyborg import context as cyborg_context
 from cyborg.accelerator.drivers import fake
@@ -11,6 +13,7 @@ from cyborg.conductor import manager as conductor_manager
 from cyborg.conductor import placement_client
 from cyborg.conductor import placement_sync
 from cyborg.conductor import service as conductor_service
+from cyborg.db import models
 from cyborg.db.api import arq_bindings
 from cyborg.db.api import arqs
 from cyborg.db.api import device_profiles
@@ -453,3 +456,22 @@ def test_client_is_pinned_and_reads_error_codes(conf, placement_url,
     assert client.delete_provider(child)
     assert placement.tree(node['uuid']) == {}
     assert client.delete_provider(child) is False
+
+
+def test_periodic_pass_leaves_fresh_rows_to_their_writer(conf, sync,
+                                                         placement, node,
+                                                         db_engine):
+    """With ``settle``, rows just written are the writing request's to
+    sync (another conductor's pass would double its placement calls);
+    once older, the pass takes them."""
+    _apply(conf, _report(conf, node['name'], devices=1))
+    calls = sync.client.calls
+    sync.sync_pending(settle=placement_sync.SETTLE)
+    assert sync.client.calls == calls
+    assert not _wanted(node['name'])[0].in_sync
+    long_ago = datetime.datetime(2020, 1, 1)
+    with db_engine.begin() as conn:
+        conn.execute(sa.update(models.Deployable).values(
+            created_at=long_ago, updated_at=long_ago))
+    sync.sync_pending(settle=placement_sync.SETTLE)
+    assert _wanted(node['name'])[0].in_sync
