@@ -70,9 +70,34 @@ def _rabbit(f: dict[str, Any]) -> list[Row]:
          f'{f["longest_gap_s"]} s)', None)]
 
 
+# The server processes a host's steady state costs: what cyborg runs and
+# the database and broker it uses (placement's share is reported apart).
+STEADY = ('conductors', 'MariaDB (cyborg)', 'RabbitMQ broker over idle')
+
+
 def _hosts(f: dict[str, Any]) -> list[Row]:
-    return [(key, '', str(value), None) for key, value in f.items()
-            if not isinstance(value, dict | list)]
+    steady = f['steady_percent_per_1000_hosts']
+    percent = sum(steady.get(label, 0.0) for label in STEADY)
+    return [
+        ('register and place', '', f'{f["hosts"]} x {f["devices"]} in '
+         f'{f["placed_seconds"]} s ({f["providers_per_second"]} '
+         'providers/s)', None),
+        ('10,000 x 8, at that rate', '< 600 s',
+         f'{f["extrapolated_10000x8_seconds"]:.0f} s',
+         f['extrapolated_10000x8_seconds'] < 600),
+        # Each conductor creates the custom trait once: a trace per device.
+        ('placement calls per new device', '<= 3 + 1/host',
+         f'{f["placement_calls_per_new_device_beyond_host"]} + 1/host',
+         f['placement_calls_per_new_device_beyond_host']
+         <= 3 + f['conductors'] / (f['hosts'] * f['devices']) + 0.0005),
+        ('steady CPU per 1,000 hosts', '<= 10 % of a core',
+         f'{percent:.1f} % (' + ', '.join(
+             f'{label} {steady.get(label, 0.0):.1f}' for label in STEADY)
+         + f'; placement {steady.get("placement", 0.0):.1f})',
+         percent <= 10),
+        ('CPU ms per heartbeat', '', f'{f["heartbeat_cpu_ms"]:.2f}', None),
+        ('CPU ms per unchanged report', '',
+         f'{f["unchanged_report_cpu_ms"]:.2f}', None)]
 
 
 BENCHES = (
