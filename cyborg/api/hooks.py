@@ -53,7 +53,8 @@ class _LazyConductorAPI:
                 if self._api is None:
                     self._api = conductor_rpcapi.ConductorAPI(
                         self.conf,
-                        create_batch=self.conf.api.create_batch_size)
+                        create_batch=self.conf.api.create_batch_size,
+                        bind_batch=self.conf.api.bind_batch_size)
         return getattr(self._api, name)
 
 

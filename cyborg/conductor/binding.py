@@ -34,6 +34,7 @@ from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import exception
 from cyborg.common import glance_client
 from cyborg.common import notifications
+from cyborg.conductor import coalesce
 from cyborg.conductor import metrics as conductor_metrics
 from cyborg.conductor import nova_client
 from cyborg.db.api import arq_bindings
@@ -53,6 +54,10 @@ AWAIT_POLL = 0.25
 UNTOUCHED = (exception.NotSupported, exception.BitstreamNotFound,
              exception.BitstreamError)
 STALE = '[conductor] bind_timeout expired'
+# Lists of events (one per PATCH or background finish) sent in one POST
+# to Nova at most: 64 PATCHes of an instance's few requests stay far below
+# the size of body Nova's API takes (114 KiB by default).
+EVENTS_PER_POST = 64
 
 
 def _program_info(group: list[Job]) -> dict[str, Any]:
@@ -80,6 +85,12 @@ class Binder:
             max_workers=conf.conductor.bind_workers)
         self.notifier = notifications.get_notifier(conf, 'cyborg-conductor')
         self.bind_durations = conductor_metrics.BindDurations()
+        # Events of binds ended by several threads at once leave in one
+        # POST, up to EVENTS_PER_POST binds' lists of them.
+        self._events: coalesce.Coalescer[
+            list[nova_client.BindEvent], nova_client.EventsOutcome]
+        self._events = coalesce.Coalescer(self._post_events,
+                                          EVENTS_PER_POST)
         # Called with the attach handles (ids) a PATCH or delete left
         # cleaning, once committed (see cyborg.conductor.cleaning).
         self.clean: Callable[[list[int]], None] | None = None
@@ -118,6 +129,55 @@ class Binder:
                        batch.states)
         self._announce_binds(context, batch.resolved, batch.reasons)
         return batch
+
+    def apply_patches(self, context: cyborg_context.RequestContext,
+                      patches: list[arq_bindings.Patch]
+                      ) -> list[arq_bindings.Result]:
+        """``apply_patch`` for several PATCHes at once: one transaction
+        (see ``arq_bindings.apply_patches``) and one POST to Nova for the
+        binds that ended in all of them. One result each, in order."""
+        started = time.monotonic()
+        before = [self._requests(context, p.unbinds) for p in patches]
+        results = arq_bindings.apply_patches(
+            context, patches, find_bitstream=functools.cache(
+                self._find_bitstream))
+        whole = self._after_many(context, results, before,
+                                 self.notifier.arq_unbind, started)
+        self.bind_durations.observe(whole.resolved, started)
+        self._announce_binds(context, whole.resolved, whole.reasons)
+        return results
+
+    def delete_many(self, context: cyborg_context.RequestContext,
+                    deletes: list[arq_bindings.Delete]
+                    ) -> list[arq_bindings.Result]:
+        """``delete`` for several DELETEs at once, in one transaction (see
+        ``arq_bindings.delete_many``). One result each, in order."""
+        before = [self._requests(context, d.uuids, d.instance_uuid)
+                  for d in deletes]
+        results = arq_bindings.delete_many(context, deletes)
+        self._after_many(context, results, before,
+                         self.notifier.arq_delete)
+        return results
+
+    def _after_many(self, context: cyborg_context.RequestContext,
+                    results: list[arq_bindings.Result],
+                    before: list[dict[str, dict[str, Any]]],
+                    send: Callable[[cyborg_context.RequestContext,
+                                    dict[str, Any]], None],
+                    started: float | None = None
+                    ) -> arq_bindings.BindBatch:
+        """``_after`` the batches of several requests at once, and their
+        notifications; what they did, merged."""
+        done = [r for r in results if isinstance(r, arq_bindings.BindBatch)]
+        whole = arq_bindings.BindBatch.merged(done)
+        self._after(whole, started)
+        for batch, was in zip(results, before, strict=True):
+            if isinstance(batch, arq_bindings.BindBatch):
+                if batch.jobs:
+                    # One PATCH's binds finish together (see _finish).
+                    self.executor.submit(self._finish, batch.jobs, started)
+                self._announce(context, send, was, batch.states)
+        return whole
 
     def delete(self, context: cyborg_context.RequestContext,
                uuids: list[str] | None, instance_uuid: str | None) -> int:
@@ -411,7 +471,16 @@ class Binder:
                   for uuid, state in sorted(states.items())
                   if instances.get(uuid)]
         if events:
-            self.nova.send_bound_events(events)
+            self._events.submit(events)
+
+    def _post_events(self, lists: list[list[nova_client.BindEvent]]
+                     ) -> list[nova_client.EventsOutcome | Exception]:
+        """The events of binds that ended at the same time, in one POST
+        (Nova's API takes a list): the POST costs the conductor and Nova
+        more than the events in it."""
+        outcome = self.nova.send_bound_events(
+            [event for events in lists for event in events])
+        return [outcome] * len(lists)
 
     def fail_stale_binds(self) -> None:
         """Finish what a stopped conductor left: binds BindStarted for

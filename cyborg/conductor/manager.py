@@ -19,6 +19,7 @@ from cyborg.conductor import host_drivers
 from cyborg.conductor import layouts
 from cyborg.conductor import placement_sync
 from cyborg.conductor import reports
+from cyborg.db.api import arq_bindings
 from cyborg.db.api import arqs
 from cyborg.db.api import attach_handles
 from cyborg.db.api import attributes
@@ -68,11 +69,31 @@ def _digest(host: Any, report: Any) -> str | None:
         return None
 
 
+def _describe(error: exception.CyborgException) -> dict[str, Any]:
+    """An error of one item of a batch, as ``rpcapi._rebuild`` takes it."""
+    return {'type': type(error).__name__, 'message': error.message,
+            'kwargs': error.kwargs}
+
+
+def _answers(items: list[dict[str, Any]],
+             results: list[Any]) -> list[dict[str, Any]]:
+    """The answers of a batch call: ``{}`` for each item done, its error
+    (``_describe``) for each refused alone."""
+    answers: list[dict[str, Any]] = []
+    for item, result in zip(items, results, strict=True):
+        if isinstance(result, exception.CyborgException):
+            LOG.debug('Request %s: %s', item.get('request_id'), result)
+            answers.append({'error': _describe(result)})
+        else:
+            answers.append({})
+    return answers
+
+
 class ConductorManager:
     """Turns agent reports and heartbeats into database rows, publishes
     them to placement and binds accelerator requests."""
 
-    target = messaging.Target(version='1.10')
+    target = messaging.Target(version='1.11')
 
     def __init__(self, conf: cfg.ConfigOpts,
                  placement: placement_sync.PlacementSync | None = None,
@@ -205,9 +226,7 @@ class ConductorManager:
             if isinstance(result, exception.CyborgException):
                 LOG.debug('Request %s: %s', request.get('request_id'),
                           result)
-                answers.append({'error': {'type': type(result).__name__,
-                                          'message': result.message,
-                                          'kwargs': result.kwargs}})
+                answers.append({'error': _describe(result)})
             else:
                 self.notifier.arq_create(context, result)
                 answers.append({'arqs': result})
@@ -218,6 +237,33 @@ class ConductorManager:
                         binds: dict[str, dict[str, Any]],
                         unbinds: list[str], live: bool = False) -> None:
         self.binder.apply_patch(context, binds, unbinds, live=live)
+
+    @messaging.expected_exceptions(exception.CyborgException)
+    def arq_apply_patches(self, context: cyborg_context.RequestContext,
+                          patches: list[dict[str, Any]]
+                          ) -> list[dict[str, Any]]:
+        """``arq_apply_patch`` for several HTTP requests at once (1.11):
+        each of ``patches`` is ``{"binds", "unbinds", "live",
+        "request_id"}``.
+
+        One answer per PATCH, in order: ``{}``, or ``{"error": {"type",
+        "message", "kwargs"}}`` for a PATCH refused alone. A database error
+        fails the call, and so all of them.
+        """
+        return _answers(patches, self.binder.apply_patches(context, [
+            arq_bindings.Patch(p['binds'], p['unbinds'],
+                               bool(p.get('live'))) for p in patches]))
+
+    @messaging.expected_exceptions(exception.CyborgException)
+    def arq_delete_many(self, context: cyborg_context.RequestContext,
+                        deletes: list[dict[str, Any]]
+                        ) -> list[dict[str, Any]]:
+        """``arq_delete`` for several HTTP requests at once (1.11): each
+        of ``deletes`` is ``{"uuids", "instance_uuid", "project_id",
+        "request_id"}``; answered as ``arq_apply_patches``."""
+        return _answers(deletes, self.binder.delete_many(context, [
+            arq_bindings.Delete(d.get('uuids'), d.get('instance_uuid'),
+                                d.get('project_id')) for d in deletes]))
 
     @messaging.expected_exceptions(exception.CyborgException)
     def arq_delete(self, context: cyborg_context.RequestContext,

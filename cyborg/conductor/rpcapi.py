@@ -1,5 +1,6 @@
 """Client side of the conductor RPC API."""
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import oslo_messaging as messaging
@@ -51,14 +52,18 @@ class ConductorAPI:
     * 1.10 - ``arq_apply_patch`` takes ``live``: binds to an instance
       that has bound requests (live attach), and unbinding a request
       that is not bound is refused.
+    * 1.11 - ``arq_apply_patches`` and ``arq_delete_many``: the PATCHes
+      and DELETEs of several HTTP requests, each answered on its own.
     """
 
-    RPC_API_VERSION = '1.10'
+    RPC_API_VERSION = '1.11'
 
-    def __init__(self, conf: cfg.ConfigOpts, create_batch: int = 1) -> None:
+    def __init__(self, conf: cfg.ConfigOpts, create_batch: int = 1,
+                 bind_batch: int = 1) -> None:
         """``create_batch`` > 1: ``arq_create`` calls made at the same
         time by threads of this process go to a conductor together, up to
-        that many per RPC call (see ``coalesce.Coalescer``)."""
+        that many per RPC call (see ``coalesce.Coalescer``); the same for
+        ``arq_apply_patch`` and ``arq_delete`` with ``bind_batch``."""
         self.conf = conf
         target = messaging.Target(topic=rpc.CONDUCTOR_TOPIC,
                                   version=self.RPC_API_VERSION)
@@ -68,6 +73,16 @@ class ConductorAPI:
             tuple[Context, str, str | None], list[dict[str, Any]]] | None
         self._creates = (coalesce.Coalescer(self._create_many, create_batch)
                          if create_batch > 1 else None)
+        self._patches: coalesce.Coalescer[
+            tuple[Context, dict[str, dict[str, Any]], list[str], bool],
+            None] | None
+        self._patches = (coalesce.Coalescer(self._apply_many, bind_batch)
+                         if bind_batch > 1 else None)
+        self._deletes: coalesce.Coalescer[
+            tuple[Context, list[str] | None, str | None, str | None],
+            None] | None
+        self._deletes = (coalesce.Coalescer(self._delete_many, bind_batch)
+                         if bind_batch > 1 else None)
 
     def _call(self, context: Context, version: str, method: str,
               rpc_timeout: float | None = None, **kwargs: Any) -> Any:
@@ -185,11 +200,57 @@ class ConductorAPI:
                         unbinds: list[str], live: bool = False) -> None:
         """Bind and unbind a batch of accelerator requests; ``live``
         (1.10) as ``arq_bindings.apply_patch`` takes it."""
+        if self._patches is not None and self.client.can_send_version(
+                '1.11'):
+            return self._patches.submit((context, binds, unbinds, live))
+        return self._apply_one(context, binds, unbinds, live)
+
+    def _apply_one(self, context: Context, binds: dict[str, dict[str, Any]],
+                   unbinds: list[str], live: bool) -> None:
         if live:
             return self._call(context, '1.10', 'arq_apply_patch',
                               binds=binds, unbinds=unbinds, live=True)
         return self._call(context, '1.1', 'arq_apply_patch', binds=binds,
                           unbinds=unbinds)
+
+    def _apply_many(self, patches: list[tuple[
+            Context, dict[str, dict[str, Any]], list[str], bool]]
+            ) -> list[None | Exception]:
+        return self._each_or_batch(
+            'arq_apply_patches', 'patches', patches,
+            lambda binds, unbinds, live: {'binds': binds, 'unbinds': unbinds,
+                                          'live': live},
+            self._apply_one)
+
+    def _each_or_batch(self, method: str, key: str,
+                       items: list[tuple[Any, ...]],
+                       payload: Callable[..., dict[str, Any]],
+                       alone: Callable[..., None]) -> list[None | Exception]:
+        """Answers for the ``(context, *arguments)`` items of a
+        ``Coalescer``: one ``method`` call (1.11) taking each item's
+        ``payload(*arguments)`` in the list ``key``, or, for one item or
+        conductors before 1.11, ``alone(context, *arguments)`` for each."""
+        if len(items) > 1:
+            # The call is made for several callers: an admin context of
+            # its own, with each caller's request id in its item.
+            answers = self._call_newer(
+                cyborg_context.get_admin_context(), '1.11', method,
+                'sending each request on its own',
+                **{key: [dict(payload(*arguments),
+                              request_id=context.request_id)
+                         for context, *arguments in items]})
+            if answers is not NOT_TAKEN:
+                return [_rebuild(answer['error']) if 'error' in answer
+                        else None for answer in answers]
+        results: list[None | Exception] = []
+        for context, *arguments in items:
+            try:
+                alone(context, *arguments)
+            except exception.CyborgException as exc:
+                results.append(exc)
+            else:
+                results.append(None)
+        return results
 
     def arq_delete(self, context: Context, uuids: list[str] | None = None,
                    instance_uuid: str | None = None,
@@ -200,6 +261,15 @@ class ConductorAPI:
         ``uuids`` then names those the caller found, which conductors
         before 1.7 (that would delete every project's) are sent instead.
         """
+        if self._deletes is not None and self.client.can_send_version(
+                '1.11'):
+            return self._deletes.submit((context, uuids, instance_uuid,
+                                         project_id))
+        return self._delete_one(context, uuids, instance_uuid, project_id)
+
+    def _delete_one(self, context: Context, uuids: list[str] | None,
+                    instance_uuid: str | None, project_id: str | None
+                    ) -> None:
         if instance_uuid is not None and project_id is not None:
             answer = self._call_newer(
                 context, '1.7', 'arq_delete',
@@ -210,6 +280,16 @@ class ConductorAPI:
             instance_uuid = None
         return self._call(context, '1.1', 'arq_delete', uuids=uuids,
                           instance_uuid=instance_uuid)
+
+    def _delete_many(self, deletes: list[tuple[
+            Context, list[str] | None, str | None, str | None]]
+            ) -> list[None | Exception]:
+        return self._each_or_batch(
+            'arq_delete_many', 'deletes', deletes,
+            lambda uuids, instance, project: {
+                'uuids': uuids, 'instance_uuid': instance,
+                'project_id': project},
+            self._delete_one)
 
     def device_set_status(self, context: Context, uuid: str,
                           status: str) -> None:

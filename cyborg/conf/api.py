@@ -70,6 +70,20 @@ api_opts = [
              'sends every create on its own; batches also need every '
              'conductor at RPC 1.4 or later (see [upgrade_levels]).'),
     cfg.IntOpt(
+        'bind_batch_size',
+        default=32,
+        min=1,
+        help='Accelerator-request PATCHes (binds and unbinds) that threads '
+             'of one cyborg-api process send at the same moment go to a '
+             'conductor in one RPC call, up to this many HTTP requests per '
+             'call, and are applied there in one transaction, with one '
+             'event to Nova for all of their binds; DELETEs the same way, '
+             'in calls of their own. Each HTTP request still succeeds or '
+             'fails on its own: when one is refused, the others are '
+             'applied again one by one. 1 sends each PATCH and DELETE on '
+             'its own; batches also need every conductor at RPC 1.11 or '
+             'later (see [upgrade_levels]).'),
+    cfg.IntOpt(
         'max_limit',
         default=1000,
         min=1,

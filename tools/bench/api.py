@@ -11,6 +11,10 @@ phase. Binds post their events to a fake Nova in a process of its own:
 
     python tools/bench/api.py -n 100 1000 10000 -c 8 -w 2 --conductors 2
 
+``--json PATH`` also writes the key figures of every run (per phase: ops/s,
+CPU ms per request by process, latency percentiles) to PATH as one JSON
+object.
+
 ``--server uwsgi`` serves the API as devstack deploys it, the WSGI module
 under uwsgi (a test requirement), instead of the ``cyborg-api`` command.
 With N below ``--min-requests`` the cycle runs in rounds of N until each
@@ -117,11 +121,56 @@ _SERVERS = {'mariadbd': 'MariaDB', 'mysqld': 'MySQL', 'beam.smp': 'RabbitMQ',
             'postgres': 'PostgreSQL'}
 
 
-def cpu_used(sessions: dict[int, str]) -> collections.Counter:
+def listeners(ports: list[int]) -> dict[int, str]:
+    """pid -> label of the processes listening on 127.0.0.1 ``ports`` (a
+    server's threads are counted with its process; other processes of the
+    same name, such as other clusters' nodes on the machine, are not)."""
+    wanted = {f'{port:04X}' for port in ports}
+    inodes = set()
+    for table in ('/proc/net/tcp', '/proc/net/tcp6'):
+        try:
+            with open(table) as f:
+                lines = f.readlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == '0A' and fields[1].rsplit(':', 1)[1] in wanted:
+                inodes.add(f'socket:[{fields[9]}]')
+    found = {}
+    for fd_dir in glob.glob('/proc/[0-9]*/fd'):
+        pid = int(fd_dir.split('/')[2])
+        try:
+            with open(f'/proc/{pid}/comm') as f:
+                comm = f.read().strip()
+            if comm in _SERVERS and any(
+                    os.readlink(os.path.join(fd_dir, fd)) in inodes
+                    for fd in os.listdir(fd_dir)):
+                found[pid] = _SERVERS[comm]
+        except OSError:
+            continue
+    return found
+
+
+def servers(db_server: str, transport: str) -> dict[int, str]:
+    """The database and broker servers of these URLs (see
+    ``listeners``)."""
+    defaults = {'mysql': 3306, 'postgresql': 5432, 'rabbit': 5672}
+    ports = []
+    for url in (db_server, transport):
+        parsed = urllib.parse.urlsplit(url.split(',')[0])
+        ports.append(parsed.port
+                     or defaults.get(parsed.scheme.split('+')[0], 0))
+    return listeners(ports)
+
+
+def cpu_used(sessions: dict[int, str],
+             servers: dict[int, str] | None = None) -> collections.Counter:
     """CPU seconds used so far: by this process ('clients'), by the
     processes of each session or process in ``sessions`` (session or
-    process id -> label) and by the database and broker servers. Empty
-    where there is no /proc."""
+    process id -> label) and by the database and broker servers: those of
+    ``servers`` (pid -> label, see ``listeners``), or without it every
+    process named as one. Empty where there is no /proc."""
     used: collections.Counter = collections.Counter()
     tick = os.sysconf('SC_CLK_TCK')
     for stat in glob.glob('/proc/[0-9]*/stat'):
@@ -135,7 +184,8 @@ def cpu_used(sessions: dict[int, str]) -> collections.Counter:
         fields = text[text.rindex(')') + 2:].split()
         label = ('clients' if pid == os.getpid()
                  else sessions.get(int(fields[3])) or sessions.get(pid)
-                 or _SERVERS.get(comm))
+                 or (_SERVERS.get(comm) if servers is None
+                     else servers.get(pid)))
         if label:
             used[label] += (int(fields[11]) + int(fields[12])) / tick
     return used
@@ -252,10 +302,27 @@ class Measured:
     cpu: collections.Counter = dataclasses.field(
         default_factory=collections.Counter)
 
-    def print(self, name: str) -> None:
+    def _quantiles(self) -> list[float]:
         latencies = sorted(self.latencies)
-        q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 \
-            else latencies * 99
+        return (statistics.quantiles(latencies, n=100)
+                if len(latencies) > 1 else latencies * 99)
+
+    def figures(self) -> dict:
+        """The key figures, as ``--json`` writes them."""
+        q = self._quantiles()
+        per_op = 1000 / self.requests
+        cpu = {label: round(seconds * per_op, 3)
+               for label, seconds in self.cpu.items()}
+        if cpu:
+            cpu['all'] = round(sum(self.cpu.values()) * per_op, 3)
+        return {'requests': self.requests,
+                'ops_per_s': round(self.requests / self.elapsed, 1),
+                'latency_ms': {f'p{p}': round(q[p - 1] * 1000, 2)
+                               for p in (50, 95, 99)},
+                'cpu_ms_per_op': cpu}
+
+    def print(self, name: str) -> None:
+        q = self._quantiles()
         print(f'  {name:<18} {self.requests / self.elapsed:>8.0f} ops/s   '
               f'p50 {q[49] * 1000:6.1f} ms  p95 {q[94] * 1000:6.1f} ms  '
               f'p99 {q[98] * 1000:6.1f} ms')
@@ -269,7 +336,8 @@ class Measured:
 
 def _phase(base: str, func, items, clients: int,
            measured: Measured | None = None,
-           sessions: dict[int, str] | None = None) -> list:
+           sessions: dict[int, str] | None = None,
+           server_pids: dict[int, str] | None = None) -> list:
     """``func(client, item)`` for each item, ``clients`` at a time; what it
     took is added to ``measured``."""
     local = threading.local()
@@ -282,12 +350,12 @@ def _phase(base: str, func, items, clients: int,
         result = func(session, item)
         return time.perf_counter() - start, result
 
-    cpu = cpu_used(sessions or {})
+    cpu = cpu_used(sessions or {}, server_pids)
     start = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(clients) as pool:
         outcomes = list(pool.map(timed, items))
     elapsed = time.perf_counter() - start
-    cpu = cpu_used(sessions or {}) - cpu
+    cpu = cpu_used(sessions or {}, server_pids) - cpu
     if measured is not None:
         measured.requests += len(outcomes)
         measured.elapsed += elapsed
@@ -324,7 +392,8 @@ def write_config(path: str, sections: dict[str, dict],
 def run(n: int, clients: int, workers: int, conductors: int, warmup: int,
         db_server: str, transport: str,
         options: list[tuple[str, str, str]], server: str = 'cyborg-api',
-        min_requests: int = 1000) -> None:
+        min_requests: int = 1000) -> dict:
+    """One benchmark of N requests; its key figures (see ``--json``)."""
     db_name, url = _database(db_server)
     rp_uuid = _seed(url, max(n, warmup))
     port = _free_port()
@@ -353,6 +422,8 @@ def run(n: int, clients: int, workers: int, conductors: int, warmup: int,
                  else _start('cyborg.cmd.api', conf_file, api_log))
     sessions = {nova.proc.pid: 'Nova', procs[-1].pid: 'API'}
     sessions.update((proc.pid, 'conductors') for proc in procs[:-1])
+    # This run's servers alone: the machine may run others of their names.
+    server_pids = servers(db_server, transport)
     base = f'http://127.0.0.1:{port}/v2'
     try:
         _wait_http(base)
@@ -360,9 +431,10 @@ def run(n: int, clients: int, workers: int, conductors: int, warmup: int,
             'POST', '/device_profiles', expect=201,
             body=[{'name': 'bench', 'groups': [{'resources:FPGA': '1'}]}])
         time.sleep(1)
+        calibrated = calibration()
         print(f'N={n} requests, {clients} clients, {workers} API '
               f'worker process(es) ({server}), {conductors} conductor(s); '
-              f'calibration {calibration():.0f} ms:')
+              f'calibration {calibrated:.0f} ms:')
 
         def create(client, _):
             created = client.request(
@@ -401,7 +473,8 @@ def run(n: int, clients: int, workers: int, conductors: int, warmup: int,
             items = range(count)
             for name, func in phases.items():
                 items = _phase(base, func, items, clients,
-                               measured and measured[name], sessions)
+                               measured and measured[name], sessions,
+                               server_pids)
 
         # Unmeasured: connection pools, caches and the first message
         # exchanges, so that a small N measures the same steady state.
@@ -420,6 +493,12 @@ def run(n: int, clients: int, workers: int, conductors: int, warmup: int,
         events = nova.wait_events(total)
         if events != total:
             raise SystemExit(f'Nova heard of {events} binds, not {total}')
+        return {'n': n, 'clients': clients, 'workers': workers,
+                'conductors': conductors, 'server': server,
+                'rounds': rounds, 'calibration_ms': round(calibrated, 1),
+                'options': [f'{g}.{k}={v}' for g, k, v in options],
+                'phases': {name: result.figures()
+                           for name, result in measured.items()}}
     finally:
         stop(procs)
         nova.stop()
@@ -432,6 +511,15 @@ def option(text: str) -> tuple[str, str, str]:
     if not (sep and dot and group and name):
         raise argparse.ArgumentTypeError(f'{text!r} is not GROUP.NAME=VALUE')
     return group, name, value
+
+
+def write_json(path: str, benchmark: str, runs: list[dict]) -> None:
+    """``--json``: the runs' key figures as one JSON object."""
+    with open(path, 'w') as f:
+        json.dump({'benchmark': benchmark,
+                   'date': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()),
+                   'cores': os.cpu_count(), 'runs': runs}, f, indent=1)
+        f.write('\n')
 
 
 def main() -> int:
@@ -462,14 +550,20 @@ def main() -> int:
                         type=option, metavar='GROUP.NAME=VALUE',
                         help='set in the services\' configuration file; '
                              'repeat for more')
+    parser.add_argument('--json', metavar='PATH',
+                        help='also write the key figures of every run to '
+                             'PATH as a JSON object')
     args = parser.parse_args()
+    runs = []
     for n in args.n:
         # A virtual host of its own: another run's conductors would take
         # this run's messages otherwise.
         with utils.virtual_host(args.transport_url, 'cyborg-bench') as url:
-            run(n, args.clients, args.workers, args.conductors, args.warmup,
-                args.db_server, url, args.option, args.server,
-                args.min_requests)
+            runs.append(run(n, args.clients, args.workers, args.conductors,
+                            args.warmup, args.db_server, url, args.option,
+                            args.server, args.min_requests))
+    if args.json:
+        write_json(args.json, 'api', runs)
     return 0
 
 

@@ -6,9 +6,12 @@ Nova that answers the bound events, seeds fake devices whose attach
 handles are TEST_PCI (a bind ends in the PATCH's own transaction) and one
 Initial accelerator request per bind, then has C concurrent clients bind
 them through ``ConductorAPI.arq_apply_patch``, one request per PATCH or
-``--batch`` of them. Prints binds/s and the latency percentiles of one
-PATCH; ``--http`` also starts ``cyborg-api`` and binds through
-``PATCH /v2/accelerator_requests``:
+``--batch`` of them; the client coalesces concurrent PATCHes as a
+cyborg-api process does (``[api] bind_batch_size``). Prints binds/s and
+the latency percentiles of one PATCH; ``--http`` also starts
+``cyborg-api`` and binds through ``PATCH /v2/accelerator_requests``.
+``--json PATH`` also writes the key figures (binds/s, latency percentiles
+and CPU ms per bind of each path) to PATH as one JSON object:
 
     python tools/bench/bind.py -n 2000 -c 50 --conductors 2 --devices 10
 """
@@ -52,21 +55,22 @@ def _states(engine: sa.engine.Engine) -> dict[str, int]:
 
 def _phase(name: str, func: Callable[[list[str]], None],
            batches: list[list[str]], clients: int,
-           report: bool = True, sessions: dict[int, str] | None = None
-           ) -> None:
+           report: bool = True, sessions: dict[int, str] | None = None,
+           server_pids: dict[int, str] | None = None) -> dict | None:
+    """Run the binds; their key figures (see ``--json``) if ``report``."""
     def timed(batch: list[str]) -> float:
         start = time.perf_counter()
         func(batch)
         return time.perf_counter() - start
 
-    cpu = api.cpu_used(sessions or {})
+    cpu = api.cpu_used(sessions or {}, server_pids)
     start = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(clients) as pool:
         latencies = sorted(pool.map(timed, batches))
     elapsed = time.perf_counter() - start
-    cpu = api.cpu_used(sessions or {}) - cpu
+    cpu = api.cpu_used(sessions or {}, server_pids) - cpu
     if not report:
-        return
+        return None
     binds = sum(len(b) for b in batches)
     q = statistics.quantiles(latencies, n=100)
     print(f'  {name:<6} {binds / elapsed:>8.0f} binds/s   '
@@ -77,11 +81,20 @@ def _phase(name: str, func: Callable[[list[str]], None],
             f'{label} {seconds * 1000 / binds:.1f}'
             for label, seconds in cpu.most_common())
             + f' (all {sum(cpu.values()) * 1000 / binds:.1f})')
+    per_bind = {label: round(seconds * 1000 / binds, 3)
+                for label, seconds in cpu.items()}
+    if per_bind:
+        per_bind['all'] = round(sum(cpu.values()) * 1000 / binds, 3)
+    return {'binds': binds, 'binds_per_s': round(binds / elapsed, 1),
+            'latency_ms': {f'p{p}': round(q[p - 1] * 1000, 2)
+                           for p in (50, 95, 99)},
+            'cpu_ms_per_bind': per_bind}
 
 
 def run(n: int, clients: int, batch: int, conductors: int, devices: int,
         warmup: int, http: bool, workers: int, db_server: str,
-        transport: str, options: list[tuple[str, str, str]]) -> None:
+        transport: str, options: list[tuple[str, str, str]]) -> dict:
+    """One benchmark of N binds; its key figures (see ``--json``)."""
     paths = ('rpc', 'http') if http else ('rpc',)
     per_path = n + warmup
     total = per_path * len(paths)
@@ -127,7 +140,14 @@ def run(n: int, clients: int, batch: int, conductors: int, devices: int,
             api._wait_http(base)
         rpc.set_defaults(exchange)
         rpc.init(conf, transport)
-        conductor = rpcapi.ConductorAPI(conf)
+        # Concurrent PATCHes leave together, as in a cyborg-api process
+        # (``-o api.bind_batch_size=1``: each alone; so also with commits
+        # before the option, for back-to-back comparisons).
+        bind_batch = int(dict(((g, k), v) for g, k, v in options).get(
+            ('api', 'bind_batch_size'),
+            getattr(conf.api, 'bind_batch_size', 1)))
+        conductor = (rpcapi.ConductorAPI(conf, bind_batch=bind_batch)
+                     if bind_batch > 1 else rpcapi.ConductorAPI(conf))
         rp_of = {arq: rp_uuids[i % len(rp_uuids)]
                  for i, arq in enumerate(uuids)}
 
@@ -157,10 +177,12 @@ def run(n: int, clients: int, batch: int, conductors: int, devices: int,
                     for arq, values in patch.items()})
 
         _wait_conductors(conductor)
+        calibrated = api.calibration()
         print(f'N={n} binds, {clients} clients, {batch} request(s) per '
               f'PATCH, {conductors} conductor(s), {devices} device(s)'
               + (f', {workers} API worker process(es)' if http else '')
-              + ':')
+              + f'; calibration {calibrated:.0f} ms:')
+        figures = {}
         for index, path in enumerate(paths):
             mine = uuids[index * per_path:(index + 1) * per_path]
             batches = [mine[i:i + batch] for i in range(0, len(mine), batch)]
@@ -169,13 +191,22 @@ def run(n: int, clients: int, batch: int, conductors: int, devices: int,
             # Unmeasured: connection pools, caches and the first message
             # exchanges.
             _phase(path, func, batches[:cut], clients, report=False)
-            _phase(path, func, batches[cut:], clients, sessions=sessions)
+            figures[path] = _phase(path, func, batches[cut:], clients,
+                                   sessions=sessions,
+                                   server_pids=api.servers(db_server,
+                                                           transport))
         states = _states(engine)
         events = nova.wait_events(total)
         print(f'  ARQs: {states}; events taken by Nova: {events}')
         if states != {'Bound': total} or events != total:
             raise SystemExit('some binds did not end Bound, or Nova did '
                              'not hear of every one')
+        return {'n': n, 'clients': clients, 'batch': batch,
+                'conductors': conductors, 'devices': devices,
+                'workers': workers if http else None,
+                'calibration_ms': round(calibrated, 1),
+                'options': [f'{g}.{k}={v}' for g, k, v in options],
+                'paths': figures}
     finally:
         rpc.cleanup()
         api.stop(procs)
@@ -226,15 +257,21 @@ def main(argv: list[str] | None = None) -> int:
                         type=api.option, metavar='GROUP.NAME=VALUE',
                         help='set in the services\' configuration file; '
                              'repeat for more')
+    parser.add_argument('--json', metavar='PATH',
+                        help='also write the key figures of every run to '
+                             'PATH as a JSON object')
     args = parser.parse_args(argv)
     cyborg_conf.CONF([], project='cyborg', default_config_files=[])
+    runs = []
     for n in args.n:
         # A virtual host of its own: another run's conductors would take
         # this run's messages otherwise.
         with utils.virtual_host(args.transport_url, 'cyborg-bench') as url:
-            run(n, args.clients, args.batch, args.conductors, args.devices,
-                args.warmup, args.http, args.workers, args.db_server, url,
-                args.option)
+            runs.append(run(n, args.clients, args.batch, args.conductors,
+                            args.devices, args.warmup, args.http,
+                            args.workers, args.db_server, url, args.option))
+    if args.json:
+        api.write_json(args.json, 'bind', runs)
     return 0
 
 

@@ -68,6 +68,23 @@ class BindBatch:
     # ``cleaning``): the caller cleans them once committed.
     cleaning: list[int] = dataclasses.field(default_factory=list)
 
+    @classmethod
+    def merged(cls, batches: list['BindBatch']) -> 'BindBatch':
+        """One batch doing what all of ``batches`` did (they name
+        different ARQs and handles, being applied one after the other),
+        but their ``jobs``: each PATCH's binds left to finish are finished
+        together (see ``Binder._finish``), so they stay the caller's to
+        take from each batch."""
+        whole = cls()
+        for batch in batches:
+            whole.states.update(batch.states)
+            whole.instances.update(batch.instances)
+            whole.released.extend(batch.released)
+            whole.repeated.update(batch.repeated)
+            whole.reasons.update(batch.reasons)
+            whole.cleaning.extend(batch.cleaning)
+        return whole
+
     @property
     def resolved(self) -> dict[str, str]:
         """ARQ uuid -> state of the binds that ended in this PATCH."""
@@ -276,7 +293,87 @@ def apply_patch(context: cyborg_context.RequestContext,
                 binds: dict[str, dict[str, Any]], unbinds: list[str],
                 find_bitstream: Callable[[str], str] | None = None,
                 live: bool = False) -> BindBatch:
-    """Bind and unbind in one transaction.
+    """Bind and unbind in one transaction (see ``_apply``)."""
+    return _apply(context.session, binds, unbinds, find_bitstream, live)
+
+
+class Patch(typing.NamedTuple):
+    """One PATCH of a batch: what ``apply_patch`` takes."""
+
+    binds: dict[str, dict[str, Any]]
+    unbinds: list[str]
+    live: bool = False
+
+
+class Delete(typing.NamedTuple):
+    """One DELETE of a batch: what ``delete`` takes, and with an instance
+    a project, whose requests of the instance alone go (None: every
+    project's)."""
+
+    uuids: list[str] | None = None
+    instance_uuid: str | None = None
+    project_id: str | None = None
+
+
+Item = typing.TypeVar('Item')
+Result = BindBatch | exception.CyborgException
+
+
+def _batched(context: cyborg_context.RequestContext, items: list[Item],
+             one: Callable[[sa.orm.Session, Item], BindBatch]
+             ) -> list[Result]:
+    """``one`` for each of several HTTP requests' items; one result each,
+    in order: what it did, or the CyborgException that refused it alone.
+
+    All of them go in one transaction, as if applied one after the other.
+    When one is refused, that transaction is rolled back and each is
+    applied again in a transaction of its own, so that the others are
+    answered exactly as if they had come alone: a refusal is rare (Nova
+    sends what it created), so the usual batch pays one commit.
+    """
+    if len(items) > 1:
+        try:
+            return list(_together(context, items, one))
+        except exception.CyborgException as exc:
+            LOG.debug('An item of a batch of %d was refused (%s); applying '
+                      'each on its own.', len(items), exc)
+    results: list[Result] = []
+    for item in items:
+        try:
+            results.append(_together(context, [item], one)[0])
+        except exception.CyborgException as exc:
+            results.append(exc)
+    return results
+
+
+@retry_on_deadlock
+@writer
+def _together(context: cyborg_context.RequestContext, items: list[Item],
+              one: Callable[[sa.orm.Session, Item], BindBatch]
+              ) -> list[BindBatch]:
+    return [one(context.session, item) for item in items]
+
+
+def apply_patches(context: cyborg_context.RequestContext,
+                  patches: list[Patch],
+                  find_bitstream: Callable[[str], str] | None = None
+                  ) -> list[Result]:
+    """``apply_patch`` for each of several PATCHes (see ``_batched``)."""
+    return _batched(context, patches, lambda session, p: _apply(
+        session, p.binds, p.unbinds, find_bitstream, p.live))
+
+
+def delete_many(context: cyborg_context.RequestContext,
+                deletes: list[Delete]) -> list[Result]:
+    """``delete`` for each of several DELETEs (see ``_batched``)."""
+    return _batched(context, deletes, lambda session, d: _delete(
+        session, d.uuids, d.instance_uuid, d.project_id))
+
+
+def _apply(session: sa.orm.Session, binds: dict[str, dict[str, Any]],
+           unbinds: list[str], find_bitstream: Callable[[str], str] | None,
+           live: bool) -> BindBatch:
+    """Bind and unbind, in the caller's transaction.
 
     A bind whose resource provider has no deployable on that host, whose
     device is disabled or has no free attach handle ends BindFailed; one
@@ -291,7 +388,6 @@ def apply_patch(context: cyborg_context.RequestContext,
     Every unbind ends Unbound; one holding an mdev releases it (see
     ``attach_handles.release``): the caller has it removed on its host.
     """
-    session = context.session
     uuids = list(binds) + list(unbinds)
     found = {row.uuid: row for row in _held(session, ARQ.uuid.in_(uuids))}
     missing = set(uuids) - set(found)
@@ -368,12 +464,21 @@ def delete(context: cyborg_context.RequestContext,
     by instance, none is fine. Both given: those of ``uuids`` still bound
     to the instance (one project's, see ``ConductorManager.arq_delete``).
     """
-    session = context.session
+    return _delete(context.session, uuids, instance_uuid)
+
+
+def _delete(session: sa.orm.Session, uuids: list[str] | None,
+            instance_uuid: str | None, project_id: str | None = None
+            ) -> BindBatch:
+    """``delete`` in the caller's transaction; by instance with
+    ``project_id``, that project's requests of the instance only."""
     where: list[sa.ColumnElement[bool]] = []
     if uuids is not None:
         where.append(ARQ.uuid.in_(uuids))
     if instance_uuid is not None:
         where.append(ARQ.instance_uuid == instance_uuid)
+        if project_id is not None:
+            where.append(ARQ.project_id == project_id)
     if not where:
         # Never "every unbound request" (instance_uuid IS NULL).
         raise exception.Invalid(reason='Name the accelerator requests to '

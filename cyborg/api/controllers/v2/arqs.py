@@ -123,8 +123,14 @@ class ARQsController(rest.RestController):
             base.require_version(2, 1, 'The /project_id operation')
             base.authorize('cyborg:arq:set_project')
         _require_service_token(ctx)
-        # Every request must be visible to the caller: 404 otherwise.
-        arq_db.get_by_uuids(ctx, list(binds) + unbinds, _project_scope(ctx))
+        project = _project_scope(ctx)
+        if project is not None:
+            # Every request must be the caller's: 404 otherwise. A caller
+            # who sees every project (Nova) gets the same 404 from the
+            # conductor, which looks for them all in its transaction: the
+            # look-up here was two thirds of the API's time per bind
+            # (py-spy, 50 concurrent binds).
+            arq_db.get_by_uuids(ctx, list(binds) + unbinds, project)
         pecan.request.conductor_api.arq_apply_patch(
             ctx, binds, unbinds,
             live=base.version_at_least(*base.LIVE_ATTACH_VERSION))
