@@ -43,15 +43,18 @@ def test_sriov_numvfs_creates_and_removes_vfs(tree):
     bus = pci.PciBus(tree.root)
     with sysfs_kernel.Kernel(tree.root):
         write(tree.device_dir(PF) / 'sriov_numvfs', '3')
-        until(lambda: len(bus.get(PF).virtfns) == 3)
+        # The emulator writes sriov_numvfs back last, as the kernel's
+        # write returns only once the VFs are there.
+        until(lambda: len(bus.get(PF).virtfns) == 3
+              and bus.get(PF).sriov_numvfs == 3)
         vfs = [bus.get(a) for a in bus.get(PF).virtfns]
         assert [vf.address for vf in vfs] == [
             '0000:3b:10.0', '0000:3b:10.1', '0000:3b:10.2']
         assert {(vf.physfn, vf.driver, vf.vendor_id) for vf in vfs} == {
             (PF, 'iavf', '0x8086')}
-        assert bus.get(PF).sriov_numvfs == 3
         write(tree.device_dir(PF) / 'sriov_numvfs', '0')
-        until(lambda: not bus.get(PF).virtfns)
+        until(lambda: not bus.get(PF).virtfns
+              and bus.get(PF).sriov_numvfs == 0)
     assert bus.get('0000:3b:10.0') is None
     assert bus.get(PF).sriov_numvfs == 0
 
