@@ -76,7 +76,14 @@ class ConductorAPI:
         self._patches: coalesce.Coalescer[
             tuple[Context, dict[str, dict[str, Any]], list[str], bool],
             None] | None
-        self._patches = (coalesce.Coalescer(self._apply_many, bind_batch)
+        # Two batches of binds in flight: a bind batch spends most of its
+        # time waiting on the database's round trips (about 8 statements a
+        # bind, one after the other), which a second batch, on the other
+        # conductor, overlaps. 50 clients through one process, two
+        # conductors, back to back: 180 binds/s and a p99 of 395 ms with
+        # one, 259-314 and 305-364 ms with two, 238 and 678 ms with four.
+        self._patches = (coalesce.Coalescer(self._apply_many, bind_batch,
+                                            in_flight=2)
                          if bind_batch > 1 else None)
         self._deletes: coalesce.Coalescer[
             tuple[Context, list[str] | None, str | None, str | None],
