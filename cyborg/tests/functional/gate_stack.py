@@ -182,14 +182,16 @@ class Process:
         self.terminate()
         return self.wait()
 
-    def rpc_calls(self, method: str) -> tuple[int, int]:
-        """How many RPC messages calling ``method`` the current run took,
-        and how many of them it answered (from a conductor's log)."""
+    def rpc_calls(self, *methods: str) -> tuple[int, int]:
+        """How many RPC messages calling any of ``methods`` the current
+        run took, and how many of them it answered (from a conductor's
+        log)."""
         text = self.log()
+        names = '|'.join(re.escape(method) for method in methods)
 
         def count(event: str) -> int:
             return len(re.findall(
-                rf'{event} message with id \S+ and method: {method}\.',
+                rf'{event} message with id \S+ and method: (?:{names})\.',
                 text))
 
         return count('Receive incoming'), count('Replied success')
