@@ -522,6 +522,23 @@ def write_json(path: str, benchmark: str, runs: list[dict]) -> None:
         f.write('\n')
 
 
+def service_options(parser: argparse.ArgumentParser,
+                    transport: bool = True,
+                    services: str = 'services\'') -> None:
+    """The options of every benchmark that starts cyborg services: the
+    database server, the broker (unless ``transport`` is False: the
+    benchmark starts its own) and ``-o`` settings of the ``services``."""
+    parser.add_argument('--db-server', default='mysql+pymysql://root@'
+                                               '127.0.0.1:3306/')
+    if transport:
+        parser.add_argument('--transport-url',
+                            default='rabbit://guest:guest@127.0.0.1:5672/')
+    parser.add_argument('-o', '--option', action='append', default=[],
+                        type=option, metavar='GROUP.NAME=VALUE',
+                        help=f'set in the {services} configuration files; '
+                             'repeat for more')
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('-n', type=int, nargs='+', default=[100, 1000])
@@ -542,14 +559,7 @@ def main() -> int:
                         help='with N below this, the N-request cycle runs '
                              'again until every phase has measured at least '
                              'this many requests (default: 1000)')
-    parser.add_argument('--db-server', default='mysql+pymysql://root@'
-                                               '127.0.0.1:3306/')
-    parser.add_argument('--transport-url',
-                        default='rabbit://guest:guest@127.0.0.1:5672/')
-    parser.add_argument('-o', '--option', action='append', default=[],
-                        type=option, metavar='GROUP.NAME=VALUE',
-                        help='set in the services\' configuration file; '
-                             'repeat for more')
+    service_options(parser)
     parser.add_argument('--json', metavar='PATH',
                         help='also write the key figures of every run to '
                              'PATH as a JSON object')

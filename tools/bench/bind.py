@@ -249,14 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                         help='also bind through cyborg-api')
     parser.add_argument('-w', '--workers', type=int, default=2,
                         help='cyborg-api worker processes (default: 2)')
-    parser.add_argument('--db-server', default='mysql+pymysql://root@'
-                                               '127.0.0.1:3306/')
-    parser.add_argument('--transport-url',
-                        default='rabbit://guest:guest@127.0.0.1:5672/')
-    parser.add_argument('-o', '--option', action='append', default=[],
-                        type=api.option, metavar='GROUP.NAME=VALUE',
-                        help='set in the services\' configuration file; '
-                             'repeat for more')
+    api.service_options(parser)
     parser.add_argument('--json', metavar='PATH',
                         help='also write the key figures of every run to '
                              'PATH as a JSON object')

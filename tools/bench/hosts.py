@@ -491,14 +491,7 @@ def main(argv: list[str] | None = None) -> int:
                              'report-only windows (default: 30)')
     parser.add_argument('--idle-seconds', type=float, default=20)
     parser.add_argument('--place-timeout', type=float, default=1800)
-    parser.add_argument('--db-server', default='mysql+pymysql://root@'
-                                               '127.0.0.1:3306/')
-    parser.add_argument('--transport-url',
-                        default='rabbit://guest:guest@127.0.0.1:5672/')
-    parser.add_argument('-o', '--option', action='append', default=[],
-                        type=api.option, metavar='GROUP.NAME=VALUE',
-                        help='set in the conductors\' configuration file; '
-                             'repeat for more')
+    api.service_options(parser, services='conductors\'')
     parser.add_argument('--json', help='write the results to this file')
     args = parser.parse_args(argv)
     with utils.virtual_host(args.transport_url, 'cyborg-bench') as url:

@@ -131,12 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--kill', action='store_true',
                         help='SIGKILL the node instead of stopping it with '
                              'rabbitmqctl stop')
-    parser.add_argument('--db-server', default='mysql+pymysql://root@'
-                                               '127.0.0.1:3306/')
-    parser.add_argument('-o', '--option', action='append', default=[],
-                        type=api.option, metavar='GROUP.NAME=VALUE',
-                        help='set in the services\' configuration files; '
-                             'repeat for more')
+    api.service_options(parser, transport=False)
     parser.add_argument('--json', metavar='PATH',
                         help='also write the figures there, as one JSON '
                              'object')
