@@ -288,15 +288,22 @@ def _sync_device(w: _Writer, existing: DeviceRows, report: Report,
                        _device_values(report, hostname))
     cpid_info = report['controlpath_id']['cpid_info']
     reported = {dep['name']: dep for dep in report['deployables']}
+    known = dict(existing.deployables, **_renamed(existing, reported))
     added = []
     for name, dep in reported.items():
-        dep_rows = existing.deployables.get(name)
+        dep_rows = known.get(name)
         if dep_rows is None:
             added.append((existing.row.id, existing.cpid.id, cpid_info, dep))
             continue
-        values = _deployable_values(dep, hostname, cpid_info)
+        values = dict(_deployable_values(dep, hostname, cpid_info),
+                      name=name)
         old_rp = dep_rows.row.rp_uuid
-        if old_rp and old_rp != values['rp_uuid']:
+        if old_rp and existing.row.hostname == hostname:
+            # Kept while the host keeps its name: a provider made before
+            # (by an adopted deployment, under another uuid scheme) is
+            # what Nova's allocations name.
+            values['rp_uuid'] = old_rp
+        elif old_rp and old_rp != values['rp_uuid']:
             # The host's node name changed: a new provider replaces it.
             w.removals[old_rp] = existing.row.hostname
         dep_changed = w.update(models.Deployable, dep_rows.row, values)
@@ -305,8 +312,9 @@ def _sync_device(w: _Writer, existing: DeviceRows, report: Report,
         if dep_changed:
             _unsynced(w, dep_rows)
         changed |= dep_changed
+    matched = {known[n].row.id for n in reported if n in known}
     for name, dep_rows in existing.deployables.items():
-        if name in reported:
+        if dep_rows.row.id in matched:
             continue
         if dep_rows.row.id in rows.busy_deployables:
             LOG.warning('Deployable %s is gone from the host but still in '
@@ -323,6 +331,26 @@ def _sync_device(w: _Writer, existing: DeviceRows, report: Report,
             **_device_values(report, hostname),
             updated_at=timeutils.utcnow().replace(microsecond=0)))
     return added
+
+
+def _renamed(existing: DeviceRows, reported: dict[str, Report]
+             ) -> dict[str, DeployableRows]:
+    """Known deployables the report names otherwise, found by their
+    attach handles: another driver (say, of a deployment cyborg took
+    over) named the same part of the same device differently."""
+    gone = [rows for name, rows in existing.deployables.items()
+            if name not in reported and rows.handles]
+    found: dict[str, DeployableRows] = {}
+    for name, dep in reported.items():
+        if name in existing.deployables or not gone:
+            continue
+        infos = {canonical_json(h['attach_info'])
+                 for h in dep['attach_handles']}
+        best = max(gone, key=lambda rows: len(infos & set(rows.handles)))
+        if infos & set(best.handles):
+            found[name] = best
+            gone.remove(best)
+    return found
 
 
 def _unsynced(w: _Writer, dep: DeployableRows) -> None:

@@ -126,3 +126,60 @@ def test_hostname_change_moves_resource_providers(conf, db_engine):
     assert after['hostname'] == 'renamed.example'
     assert (after['deployables'][0]['rp_uuid']
             != before['deployables'][0]['rp_uuid'])
+
+
+def _set_deployable(engine, **values):
+    with engine.begin() as conn:
+        conn.execute(sa.update(models.Deployable).values(**values))
+
+
+def test_provider_uuid_of_another_scheme_is_kept(conf, db_engine):
+    # As a deployment cyborg took over left it: Nova's allocations name
+    # this uuid, so the next report must not replace the provider.
+    report = _report(conf, count=1)
+    inventory.apply_report(_ctx(), 'cmp1', report)
+    adopted = '11111111-2222-3333-4444-555555555555'
+    _set_deployable(db_engine, rp_uuid=adopted, rp_synced='synced')
+    with count_writes(db_engine) as writes:
+        result = inventory.apply_report(_ctx(), 'cmp1',
+                                        copy.deepcopy(report))
+    assert writes == [] and result.devices_updated == 0
+    dep = inventory.get_host_devices(_ctx(), 'cmp1')[0]['deployables'][0]
+    assert dep['rp_uuid'] == adopted
+    with db_engine.connect() as conn:
+        assert conn.scalar(sa.select(sa.func.count()).select_from(
+            models.ProviderRemoval)) == 0
+
+
+def test_deployable_named_otherwise_is_matched_by_its_handles(conf,
+                                                              db_engine):
+    report = _report(conf, count=1)
+    inventory.apply_report(_ctx(), 'cmp1', report)
+    before = inventory.get_host_devices(_ctx(), 'cmp1')[0]['deployables'][0]
+    _set_deployable(db_engine, name='cmp1_FakeDevice')
+    result = inventory.apply_report(_ctx(), 'cmp1', copy.deepcopy(report))
+    [after] = inventory.get_host_devices(_ctx(), 'cmp1')[0]['deployables']
+    assert result.devices_updated == 1
+    assert result.devices_added == result.devices_removed == 0
+    assert after['uuid'] == before['uuid']
+    assert after['rp_uuid'] == before['rp_uuid']
+    assert after['name'] == before['name']
+    assert {h['uuid'] for h in after['attach_handles']} == {
+        h['uuid'] for h in before['attach_handles']}
+
+
+def test_deployable_sharing_no_handle_is_replaced(conf, db_engine):
+    report = _report(conf, count=1)
+    inventory.apply_report(_ctx(), 'cmp1', report)
+    before = inventory.get_host_devices(_ctx(), 'cmp1')[0]['deployables'][0]
+    changed = copy.deepcopy(report)
+    dep = changed['devices'][0]['deployables'][0]
+    dep['name'] = 'other'
+    for handle in dep['attach_handles']:
+        info = handle['attach_info']
+        bus = f"{int(info['bus'], 16) + 1:02x}"
+        handle['attach_info'] = dict(info, bus=bus)
+    inventory.apply_report(_ctx(), 'cmp1', changed)
+    [after] = inventory.get_host_devices(_ctx(), 'cmp1')[0]['deployables']
+    assert after['name'] == 'other'
+    assert after['uuid'] != before['uuid']
