@@ -13,6 +13,7 @@ import cyborg.cmd  # noqa: F401  (native threads first)
 from cyborg import version as cyborg_version
 from cyborg.common import exception
 from cyborg.conf import CONF
+from cyborg.db import adoption
 from cyborg.db import migration
 
 PROG = 'cyborg-dbsync'
@@ -43,6 +44,30 @@ def _do_stamp() -> None:
         # argparse requires one, but takes an empty --revision "".
         sys.exit('cyborg-dbsync stamp: name the revision to record.')
     migration.stamp(revision)
+
+
+def _do_adopt() -> None:
+    dry_run = CONF.command.dry_run
+    plan = adoption.adopt(dry_run=dry_run)
+    if plan is None:
+        return
+    verb = 'would come across' if dry_run else 'came across'
+    print(f'From the OpenStack Cyborg 17.0.0 database at {_database()}, '
+          f'these rows {verb} with their ids, uuids and resource-provider '
+          'uuids:')
+    for line in plan.summary():
+        print(f'  {line}')
+    if plan.changes:
+        print('Changed on the way:')
+        for line in plan.changes:
+            print(f'  {line}')
+    left = ', '.join(f'{t} ({n} rows)' for t, n in plan.left.items())
+    print(f'Left behind: {left}; OpenStack Cyborg never enforced quotas.')
+    if dry_run:
+        print('Dry run: nothing was changed.')
+    else:
+        print(f'The database is at cyborg\'s revision '
+              f'{migration.version()}; start cyborg\'s services.')
 
 
 def _do_version() -> None:
@@ -87,6 +112,17 @@ def _add_commands(subparsers: argparse._SubParsersAction) -> None:
         'revision (the newest by default). Running it again does nothing.')
     _add_revision_args(parser, 'to upgrade to', required=False)
 
+    parser = _add_command(
+        subparsers, 'adopt', _do_adopt,
+        'Take over, in place, a database made by OpenStack Cyborg 17.0.0 '
+        '(with its services stopped and a backup taken): its devices, '
+        'profiles and accelerator requests keep their ids, uuids and '
+        'resource providers. Run it again to finish one that was '
+        'interrupted.')
+    parser.add_argument('--dry-run', action='store_true',
+                        help='say what would come across and what would '
+                             'change, and change nothing')
+
     _add_command(
         subparsers, 'version', _do_version,
         'Print the revision the database is at, or "None" when it has no '
@@ -125,7 +161,7 @@ def _fail(message: object) -> int:
 
 def _database() -> str:
     """[database] connection without its password."""
-    return migration._safe_url(CONF.database.connection)
+    return migration.safe_url(CONF.database.connection)
 
 
 def _config_files() -> str:
@@ -185,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         CONF.command.func()
     except exception.DBNotReachable as exc:
         return _fail(_not_reachable(exc))
-    except alembic_util.CommandError as exc:  # e.g. an unknown revision
+    except (alembic_util.CommandError,  # e.g. an unknown revision
+            exception.ForeignDatabase, exception.AdoptionRefused) as exc:
         return _fail(exc)
     except sa.exc.SQLAlchemyError as exc:  # a migration the DB refused
         LOG.debug('%s failed', CONF.command.name, exc_info=True)

@@ -205,6 +205,17 @@ class DBNotReachable(CyborgException):
     msg_fmt = 'Cannot reach the database at %(url)s: %(reason)s'
 
 
+class ForeignDatabase(CyborgException):
+    """A database that holds something a migration was not written for."""
+
+    msg_fmt = 'The database at %(url)s holds %(found)s. %(advice)s'
+
+
+class AdoptionRefused(CyborgException):
+    msg_fmt = ('Cannot adopt the database at %(url)s: %(reason)s '
+               'Nothing was changed.')
+
+
 class NotSupported(CyborgException):
     msg_fmt = '%(what)s is not supported.'
 

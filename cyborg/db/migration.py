@@ -13,6 +13,7 @@ from alembic import script as alembic_script
 
 from cyborg.common import exception
 from cyborg.conf import CONF
+from cyborg.db import upstream
 
 _SCRIPT_LOCATION = 'cyborg.db:alembic'
 
@@ -32,7 +33,7 @@ def _script() -> alembic_script.ScriptDirectory:
     return alembic_script.ScriptDirectory.from_config(_config())
 
 
-def _safe_url(url: str) -> str:
+def safe_url(url: str) -> str:
     try:
         return sa.engine.make_url(url).render_as_string(hide_password=True)
     except sa.exc.ArgumentError:
@@ -55,7 +56,7 @@ def _make_sqlite_dir(url: sa.engine.URL) -> None:
 
 
 @contextlib.contextmanager
-def _connect(url: str | None) -> Iterator[sa.engine.Connection]:
+def connect(url: str | None) -> Iterator[sa.engine.Connection]:
     """A connection in a transaction, or DBNotReachable."""
     url = url or CONF.database.connection
     engine = None
@@ -67,7 +68,7 @@ def _connect(url: str | None) -> Iterator[sa.engine.Connection]:
             connection = engine.connect()
         except _CONNECT_ERRORS as exc:
             raise exception.DBNotReachable(
-                url=_safe_url(url), reason=_one_line(exc)) from exc
+                url=safe_url(url), reason=_one_line(exc)) from exc
         with connection, connection.begin():
             yield connection
     finally:
@@ -75,10 +76,41 @@ def _connect(url: str | None) -> Iterator[sa.engine.Connection]:
             engine.dispose()
 
 
+def our_revisions() -> set[str]:
+    """The ids of every migration in the source tree."""
+    return {script.revision for script in _script().walk_revisions()}
+
+
+def recognise(url: str | None = None) -> upstream.Found:
+    """What the database at ``url`` holds.
+
+    :raises cyborg.common.exception.DBNotReachable: on a failed connect.
+    """
+    with connect(url) as connection:
+        return upstream.recognise(connection, our_revisions())
+
+
+def _refuse_foreign(connection: sa.engine.Connection, url: str) -> None:
+    found = upstream.recognise(connection, our_revisions())
+    if found.kind in (upstream.Kind.EMPTY, upstream.Kind.OURS):
+        return
+    if found.kind in (upstream.Kind.UPSTREAM, upstream.Kind.ADOPTING):
+        advice = ('Run "cyborg-dbsync adopt" to take it over (after a '
+                  'backup; "cyborg-dbsync adopt --dry-run" shows what '
+                  'would change).')
+    else:
+        advice = ('Point [database] connection at an empty database or '
+                  'at cyborg\'s own.')
+    raise exception.ForeignDatabase(url=safe_url(url),
+                                    found=found.description, advice=advice)
+
+
 def _run(url: str | None, cmd: Callable[..., object], *args: Any,
-         **kwargs: Any) -> None:
+         refuse_foreign: bool = False, **kwargs: Any) -> None:
     """Run an alembic command on a connection to ``url``."""
-    with _connect(url) as connection:
+    with connect(url) as connection:
+        if refuse_foreign:
+            _refuse_foreign(connection, url or CONF.database.connection)
         config = _config()
         config.attributes['connection'] = connection
         cmd(config, *args, **kwargs)
@@ -92,8 +124,19 @@ def upgrade(revision: str = 'head', url: str | None = None) -> None:
     :param url: the database URL; ``[database] connection`` when None.
     :raises cyborg.common.exception.DBNotReachable: on a failed connect.
     :raises alembic.util.CommandError: for an unknown revision.
+    :raises cyborg.common.exception.ForeignDatabase: when the database
+        is neither empty nor cyborg's.
     """
-    _run(url, command.upgrade, revision)
+    _run(url, command.upgrade, revision, refuse_foreign=True)
+
+
+def upgrade_on(connection: sa.engine.Connection,
+               revision: str = 'head') -> None:
+    """Upgrade through ``connection``, whatever else the database holds:
+    for an adoption, which has set the other tables aside."""
+    config = _config()
+    config.attributes['connection'] = connection
+    command.upgrade(config, revision)
 
 
 def stamp(revision: str, url: str | None = None) -> None:
@@ -112,7 +155,7 @@ def version(url: str | None = None) -> str | None:
 
     :raises cyborg.common.exception.DBNotReachable: on a failed connect.
     """
-    with _connect(url) as connection:
+    with connect(url) as connection:
         context = alembic_migration.MigrationContext.configure(connection)
         return context.get_current_revision()
 
