@@ -21,6 +21,7 @@ from cyborg.conductor import placement_client
 from cyborg.conf import CONF
 from cyborg.db import api as db_api
 from cyborg.db import migration
+from cyborg.db import upstream
 from cyborg.db.api import services
 
 PROG = 'cyborg-status'
@@ -50,37 +51,44 @@ class Checks(upgradecheck.UpgradeCommands):
     """The checks behind ``cyborg-status upgrade check``."""
 
     @functools.cached_property
-    def _schema(self) -> tuple[str | None, str | None]:
-        """The database's revision, or why it could not be read."""
+    def _schema(self) -> tuple[upstream.Found | None, str | None]:
+        """What the database holds, or why it could not be read."""
         try:
-            return migration.version(), None
+            return migration.recognise(), None
         except exception.DBNotReachable as exc:
             return None, (f'{exc}. Check [database] connection and that '
                           f'the database server is running.')
 
     def _check_schema(self) -> upgradecheck.Result:
-        current, error = self._schema
-        if error:
+        found, error = self._schema
+        if error or found is None:
             return Result(Code.FAILURE, error)
         head = migration.head()
-        if current == head:
-            return Result(Code.SUCCESS)
-        if current is None:
+        if found.kind is upstream.Kind.EMPTY:
             return Result(Code.FAILURE,
                           'The database has no cyborg schema yet. Run '
                           '"cyborg-dbsync upgrade".')
-        known = {script.revision
-                 for script in migration._script().walk_revisions()}
-        if current not in known:
+        if found.kind in (upstream.Kind.UPSTREAM, upstream.Kind.ADOPTING):
             return Result(Code.FAILURE,
-                          f'The database schema is at revision {current}, '
-                          f'which this version of cyborg does not know: '
-                          f'newer code upgraded it. Run the cyborg-status '
-                          f'of that version.')
+                          f'The database holds {found.description}. Run '
+                          '"cyborg-dbsync adopt" (see the install guide).')
+        if found.kind is upstream.Kind.OTHER:
+            if found.revision and found.revision not in \
+                    upstream.UPSTREAM_REVISIONS:
+                return Result(Code.FAILURE,
+                              f'The database schema is at revision '
+                              f'{found.revision}, which this version of '
+                              f'cyborg does not know: newer code upgraded '
+                              f'it. Run the cyborg-status of that version.')
+            return Result(Code.FAILURE,
+                          f'The database holds {found.description}; '
+                          'cyborg cannot use it.')
+        if found.revision == head:
+            return Result(Code.SUCCESS)
         return Result(Code.FAILURE,
-                      f'The database schema is at revision {current}; this '
-                      f'version of cyborg needs {head}. Run "cyborg-dbsync '
-                      f'upgrade".')
+                      f'The database schema is at revision '
+                      f'{found.revision}; this version of cyborg needs '
+                      f'{head}. Run "cyborg-dbsync upgrade".')
 
     def _check_placement(self) -> upgradecheck.Result:
         if not manager.placement_configured(CONF):
@@ -162,9 +170,12 @@ class Checks(upgradecheck.UpgradeCommands):
         return Result(Code.SUCCESS)
 
     def _check_agents(self) -> upgradecheck.Result:
-        current, error = self._schema
-        if current is None:
-            state = 'cannot be reached' if error else 'has no schema yet'
+        found, error = self._schema
+        if found is None or found.kind is not upstream.Kind.OURS:
+            state = ('cannot be reached' if error else
+                     'has no schema yet' if found and
+                     found.kind is upstream.Kind.EMPTY
+                     else 'has no cyborg schema')
             return Result(Code.WARNING,
                           f'Not checked: the database {state} (see the '
                           f'"Database schema" check).')

@@ -17,6 +17,7 @@ from cyborg import context as cyborg_context
 from cyborg.cmd import status
 from cyborg.db import migration
 from cyborg.db import models
+from cyborg.db import upstream
 from cyborg.db.api import services
 from cyborg.tests.fakes import http
 
@@ -310,3 +311,22 @@ def test_help(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith('usage: cyborg-status upgrade')
     assert '--json' in result.stdout
+
+
+def test_upstream_database_is_told_to_adopt(tmp_path, empty_db_url):
+    engine = sa.create_engine(empty_db_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text('CREATE TABLE alembic_version (version_num '
+                             'VARCHAR(32) NOT NULL PRIMARY KEY)'))
+        conn.execute(sa.text("INSERT INTO alembic_version VALUES "
+                             f"('{upstream.UPSTREAM_HEAD}')"))
+        for table in upstream.UPSTREAM_TABLES:
+            conn.execute(sa.text(f'CREATE TABLE {table} (id INTEGER)'))
+    engine.dispose()
+    checks = _checks(_status(tmp_path, empty_db_url))
+
+    code, details = checks['Database schema']
+    assert code == FAILURE
+    assert 'an OpenStack Cyborg 17.0.0 database' in details
+    assert '"cyborg-dbsync adopt"' in details
+    assert checks['Agents alive'][0] == WARNING
