@@ -121,13 +121,24 @@ def _json_info(text: str) -> str | None:
     return canonical_json(_pci(value))
 
 
+def _board_info(text: str | None) -> str | None:
+    """Board info as JSON, which cyborg keeps it as; upstream drivers
+    also wrote plain text ("fake_vendor_info"), kept as a JSON string."""
+    if text is None:
+        return None
+    try:
+        return canonical_json(json.loads(text))
+    except ValueError:
+        return canonical_json(text)
+
+
 def _stamps(row: Row) -> Row:
     return {'created_at': row.get('created_at') or timeutils.utcnow(),
             'updated_at': row.get('updated_at')}
 
 
 def _devices(plan: Plan, src: dict[str, list[Row]]) -> None:
-    unknown, renamed, held = [], 0, 0
+    unknown, renamed, held, texts = [], 0, 0, 0
     for row in src['devices']:
         kind = _DEVICE_TYPES.get(row['type'], row['type'])
         if kind not in DEVICE_TYPES:
@@ -137,17 +148,21 @@ def _devices(plan: Plan, src: dict[str, list[Row]]) -> None:
         status = _STATE_STATUS.get(row.get('device_state') or '',
                                    row['status'])
         held += status != row['status']
+        boards = [_board_info(row[k])
+                  for k in ('std_board_info', 'vendor_board_info')]
+        texts += any(b is not None and b.startswith('"') for b in boards)
         plan.rows['devices'].append(dict(
             _stamps(row), id=row['id'], uuid=row['uuid'], type=kind,
             vendor=row['vendor'], model=row['model'],
-            std_board_info=row['std_board_info'],
-            vendor_board_info=row['vendor_board_info'],
+            std_board_info=boards[0], vendor_board_info=boards[1],
             host=row['hostname'], hostname=row['hostname'], status=status))
     _problem(plan, 'devices of a type cyborg does not have (it has '
              f'{", ".join(DEVICE_TYPES)})', unknown)
     _change(plan, renamed, 'device(s) of type NVME become SSD')
     _change(plan, held, 'device(s) in device_state error become '
             'maintaining (not offered to instances)')
+    _change(plan, texts, 'device(s) with board info in plain text, kept '
+            'as a JSON string')
 
 
 def _control_paths(plan: Plan, src: dict[str, list[Row]]) -> None:
@@ -451,28 +466,17 @@ def _copy(connection: sa.engine.Connection, plan: Plan) -> None:
         f"SET version_num = '{upstream.ADOPTED}'"))
 
 
-def _enum_types(connection: sa.engine.Connection) -> set[str]:
-    """PostgreSQL enum types of the renamed tables' columns."""
-    names: set[str] = set()
-    inspector = sa.inspect(connection)
-    for table in upstream.UPSTREAM_TABLES:
-        for column in inspector.get_columns(upstream.PREFIX + table):
-            if isinstance(column['type'], sa.Enum) and column['type'].name:
-                names.add(column['type'].name)
-    return names
-
-
 def _drop(connection: sa.engine.Connection) -> None:
     existing = set(sa.inspect(connection).get_table_names())
-    types = (_enum_types(connection)
-             if connection.dialect.name == 'postgresql' else set())
     quote = connection.dialect.identifier_preparer.quote
     for table in reversed(upstream.UPSTREAM_TABLES):
         if upstream.PREFIX + table in existing:
             connection.execute(sa.text(
                 f'DROP TABLE {quote(upstream.PREFIX + table)}'))
-    for name in sorted(types):
-        connection.execute(sa.text(f'DROP TYPE IF EXISTS {quote(name)}'))
+    if connection.dialect.name == 'postgresql':
+        for name in upstream.PG_ENUM_TYPES:
+            connection.execute(sa.text(
+                f'DROP TYPE IF EXISTS {quote(name)}'))
     # Last: while it is there, a run knows an adoption is unfinished.
     connection.execute(sa.text(
         f'DROP TABLE {upstream.PREFIX}{upstream.VERSION_TABLE}'))

@@ -26,6 +26,10 @@ UPSTREAM_TABLES = (
     'attach_handles', 'device_profiles', 'extended_accelerator_requests',
     'quota_usages', 'reservations')
 VERSION_TABLE = 'alembic_version'
+# The enum types its migrations create on PostgreSQL; cyborg's schema has
+# none (its enums are checked strings).
+PG_ENUM_TYPES = ('attach_type', 'control_type', 'cpid_type', 'device_state',
+                 'device_status', 'device_type', 'state', 'substate')
 
 # While an adoption runs, the upstream tables keep their rows under this
 # prefix; their version table's row says how far it got.
