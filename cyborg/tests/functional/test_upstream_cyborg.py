@@ -9,18 +9,17 @@ import sqlalchemy as sa
 from cyborg.tests import conftest
 from cyborg.tests import upstream_cyborg
 from cyborg.tests.placement_server import Placement
+from cyborg.tests.upstream_cyborg import upstream_venv  # noqa: F401
 
-# Upstream's migrations and services on the two databases it supports.
+# Every test runs upstream's own commands from its environment.
+pytestmark = pytest.mark.usefixtures('upstream_venv')
+
+# Upstream's migrations and services on the two server databases (its
+# migrations do not run on SQLite, see test_upstream_dbsync_fails_on_sqlite).
 SERVERS = [pytest.param('mysql', marks=[pytest.mark.mysql,
                                         pytest.mark.flow]),
            pytest.param('postgresql', marks=[pytest.mark.postgresql,
                                              pytest.mark.flow])]
-
-
-@pytest.fixture(scope='session')
-def upstream_venv():
-    """Upstream's environment, built (or checked) once per process."""
-    return upstream_cyborg.venv()
 
 
 @pytest.fixture
@@ -30,7 +29,7 @@ def server_db_url(request, tmp_path) -> Iterator[str]:
 
 @pytest.mark.parametrize('server_db_url', SERVERS, indirect=True)
 @pytest.mark.parametrize('revision', ['head', '6c77bd6afea5'])
-def test_migrate(upstream_venv, server_db_url, revision, tmp_path):
+def test_migrate(server_db_url, revision, tmp_path):
     upstream_cyborg.migrate(server_db_url, tmp_path, revision)
     expected = upstream_cyborg.HEAD if revision == 'head' else revision
     assert upstream_cyborg.alembic_version(server_db_url) == [expected]
@@ -38,8 +37,7 @@ def test_migrate(upstream_venv, server_db_url, revision, tmp_path):
 
 @pytest.mark.postgresql
 @pytest.mark.parametrize('server_db_url', ['postgresql'], indirect=True)
-def test_upstream_dbsync_fails_on_postgresql(upstream_venv, server_db_url,
-                                             tmp_path):
+def test_upstream_dbsync_fails_on_postgresql(server_db_url, tmp_path):
     done = upstream_cyborg.run_dbsync(server_db_url, tmp_path, 'upgrade')
     output = done.stdout + done.stderr
     assert done.returncode != 0, output
@@ -61,7 +59,7 @@ def test_upstream_dbsync_fails_on_postgresql(upstream_venv, server_db_url,
     assert labels['attach_type'] == ['PCI', 'MDEV']
 
 
-def test_upstream_dbsync_fails_on_sqlite(upstream_venv, tmp_path):
+def test_upstream_dbsync_fails_on_sqlite(tmp_path):
     url = f'sqlite:///{tmp_path}/cyborg.sqlite'
     done = upstream_cyborg.run_dbsync(url, tmp_path, 'upgrade')
     assert done.returncode != 0
@@ -81,8 +79,7 @@ def _rows(url: str, query: str) -> list[dict]:
 
 @pytest.mark.rabbit
 @pytest.mark.parametrize('server_db_url', SERVERS, indirect=True)
-def test_fill(upstream_venv, server_db_url, placement_url, rabbit_url,
-              tmp_path):
+def test_fill(server_db_url, placement_url, rabbit_url, tmp_path):
     with upstream_cyborg.upstream_database(
             server_db_url, placement_url, rabbit_url,
             tmp_path / 'upstream') as filled:
