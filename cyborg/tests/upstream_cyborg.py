@@ -383,6 +383,13 @@ class Filled:
     def handles(self) -> list[Handle]:
         return [h for dep in self.deployables for h in dep.handles]
 
+    def logs(self, chars: int = 3000) -> str:
+        """The end of each upstream process's log, for assertion
+        messages."""
+        return '\n'.join(
+            f'--- {log} ---\n{log.read_text(errors="replace")[-chars:]}'
+            for log in sorted(self.workdir.glob('*.log')))
+
 
 class Upstream:
     """Upstream's API, conductor and agent on one configuration; a

@@ -1,6 +1,7 @@
 """The upstream Cyborg harness: upstream's own migrations and services make
 the databases that ``cyborg-dbsync adopt`` is to take over."""
 import json
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -83,7 +84,7 @@ def test_fill(server_db_url, placement_url, rabbit_url, tmp_path):
     with upstream_cyborg.upstream_database(
             server_db_url, placement_url, rabbit_url,
             tmp_path / 'upstream') as filled:
-        logs = f'upstream logs in {filled.workdir}'
+        logs = filled.logs()
         assert upstream_cyborg.alembic_version(server_db_url) == [
             upstream_cyborg.HEAD]
         states = sorted(arq.state for arq in filled.arqs)
@@ -104,22 +105,29 @@ def test_fill(server_db_url, placement_url, rabbit_url, tmp_path):
         (deployable,) = device.deployables
         assert deployable.name == upstream_cyborg.device_rp_name(
             filled.host)
+        # Upstream names the provider's uuid after the deployable's name.
+        assert deployable.rp_uuid == str(
+            uuid.uuid3(uuid.NAMESPACE_DNS, deployable.name))
         assert len(deployable.handles) == upstream_cyborg.FAKE_HANDLES
         bound = filled.arqs_in('Bound')
         assert len({arq.instance_uuid for arq in bound}) == 2
         for arq in bound:
             row = arqs[arq.uuid]
             assert row['in_use'], (arq, logs)
-            assert row['device_rp_uuid'] == deployable.rp_uuid
-            assert row['ah'] == arq.attach_handle_uuid
+            assert row['device_rp_uuid'] == deployable.rp_uuid, logs
+            assert row['ah'] == arq.attach_handle_uuid, logs
             assert json.loads(arq.attach_info)['bus'] == '0c'
         in_use = {h.uuid for h in deployable.handles if h.in_use}
-        assert in_use == {arq.attach_handle_uuid for arq in bound}
+        assert in_use == {arq.attach_handle_uuid for arq in bound}, logs
+        (started,) = filled.arqs_in('BindStarted')
+        assert started.instance_uuid and started.attach_handle_uuid is None
+        assert started.made_by == 'sql'
         for state in ('Initial', 'Unbound', 'Deleting'):
             (arq,) = filled.arqs_in(state)
             assert arq.instance_uuid is None and arq.attach_handle_uuid is None
         (failed,) = filled.arqs_in('BindFailed')
-        assert failed.instance_uuid and failed.attach_handle_uuid is None
+        assert failed.instance_uuid, logs
+        assert failed.attach_handle_uuid is None, logs
         assert arqs[failed.uuid]['device_rp_uuid'] == deployable.rp_uuid
 
         names = {p.name: p for p in filled.profiles}
