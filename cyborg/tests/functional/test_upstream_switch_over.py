@@ -20,6 +20,7 @@ from cyborg.db import migration
 from cyborg.db import upstream
 from cyborg.tests import upstream_cyborg
 from cyborg.tests.functional import gate_stack
+from cyborg.tests.functional.clients.test_nova_client import NovaError
 from cyborg.tests.placement_server import Placement
 from cyborg.tests.upstream_cyborg import upstream_venv  # noqa: F401
 
@@ -176,11 +177,15 @@ def test_switch_over(tmp_path, rabbit_url, empty_db_url, fake_nova):
         states = {a['uuid']: a['state'] for a in _get(
             stack, '/accelerator_requests')['arqs']}
         assert {states[u] for u in first} == {'Unbound'}
-        assert nova('get_arqs_for_instance', instances[0], True) == []
+        for instance in instances[:1]:
+            with pytest.raises(NovaError, match='returned no accelerator '
+                                                'requests for instance'):
+                nova('get_arqs_for_instance', instance, True)
         nova('delete_arqs_by_uuid', first)
         # Nova deletes the second instance's requests with it.
         nova('delete_arqs_for_instance', instances[1])
-        assert nova('get_arqs_for_instance', instances[1]) == []
+        with pytest.raises(NovaError, match='returned no accelerator'):
+            nova('get_arqs_for_instance', instances[1])
         left = {a['uuid'] for a in _get(stack,
                                         '/accelerator_requests')['arqs']}
         assert not left & {a.uuid for a in bound
