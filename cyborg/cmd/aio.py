@@ -367,12 +367,15 @@ def main(argv: list[str] | None = None) -> int:
             while not stop.wait(1):
                 pass
     finally:
+        children = [c for c in (glance, placement) if c]
+        # They stop while cyborg's services do.
+        for child in children:
+            child.terminate()
         for svc in reversed(running):
             svc.stop()
         rpc.cleanup()
-        for child in (glance, placement):
-            if child:
-                child.stop()
+        for child in children:
+            child.stop()
     print(_kept(args, placement, glance), flush=True)
     return 0
 

@@ -125,7 +125,14 @@ class ChildService:
                     f'{tail}')
             time.sleep(0.1)
 
+    def terminate(self) -> None:
+        """Ask the child to stop, without waiting: children stopped
+        together stop in the time of the slowest."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+
     def stop(self) -> None:
+        """Stop the child and wait for it (10 s, then kill it)."""
         if self.process is None or self.process.poll() is not None:
             return
         self.process.terminate()
