@@ -77,7 +77,14 @@ def _commands(run: Running) -> list[str]:
             f'curl -s {_ADMIN} {_JSON} -X PATCH \\',
             f'    {api}/deployables/{run.deployable}/program \\',
             '    -d \'[{"path": "/program", "op": "replace", "value": '
-            f'[{{"image_uuid": "{run.image}"}}]}}]\'']
+            f'[{{"image_uuid": "{run.image}"}}]}}]\'',
+            '# or with the openstack CLI, which finds the image in Glance '
+            'first',
+            f'OS_IMAGE_ENDPOINT_OVERRIDE={run.glance} openstack \\',
+            f'    --os-auth-type admin_token --os-endpoint {api} '
+            f'--os-token {aio_child.TOKEN} \\',
+            f'    accelerator deployable program {run.deployable} '
+            f'{run.image}']
     if run.glance and run.rp_uuid:
         profile = {'name': FUNCTION_PROFILE, 'groups': [
             {'resources:FPGA': '1',

@@ -257,9 +257,12 @@ def test_aio_with_placement_and_glance(tmp_path):
         printed = _printed_tour(text)
         last = _deployable(api, 'aio-host_0000:0f:00.0')
         assert f'/deployables/{last["uuid"]}/program' in printed
+        assert (f'accelerator deployable program {last["uuid"]} {image}'
+                in printed)
         tour = _run(printed)
         assert tour.returncode == 0, tour.stdout + tour.stderr
         assert f'"bitstream_id": "{image}"' in tour.stdout
+        assert f'| uuid       | {last["uuid"]} |' in tour.stdout
         printed_arq = json.loads(tour.stdout[tour.stdout.rindex(
             '{"uuid": '):])
         assert (printed_arq['state'], printed_arq['device_rp_uuid']) == (
