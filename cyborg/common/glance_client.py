@@ -107,6 +107,12 @@ class GlanceClient:
                   params: dict[str, str] | None = None) -> dict[str, Any]:
         try:
             resp = self.adapter.get(url, params=params, raise_exc=False)
+        except ks_exceptions.MissingAuthPlugin as exc:
+            raise exception.BitstreamError(
+                what=what, reason='Glance is not configured: [glance] has '
+                                  'no auth_type (and no endpoint_override) '
+                                  'to find the image service with'
+            ) from exc
         except ks_exceptions.ClientException as exc:
             raise exception.BitstreamError(
                 what=what, reason=f'cannot reach the image service: {exc}'

@@ -175,3 +175,15 @@ def test_unreachable_glance(conf, fake_glance, tmp_path):
     with pytest.raises(exception.BitstreamError,
                        match='failed 2 time.*ConnectFailure'):
         client.download(image, str(tmp_path))
+
+
+def test_unconfigured_glance(conf):
+    """No [glance] section: the error says so, not keystoneauth's
+    "An auth plugin is required to determine endpoint URL"."""
+    client = glance_client.GlanceClient(conf)
+    for call in (lambda: client.get_image(str(uuid.uuid4())),
+                 lambda: client.find_by_function(FUNCTION)):
+        with pytest.raises(exception.BitstreamError) as raised:
+            call()
+        assert 'Glance is not configured: [glance] has no auth_type' in \
+            str(raised.value)
