@@ -8,16 +8,18 @@ are written in bulk as upstream's fake driver and API write them: H
 hosts of D FPGAs with A attach handles each, one profile, and a bound
 request (two per instance) on every other handle, plus as many unbound
 ones. Then it times the dry run and the adoption, in this process (the
-CPU of ``dbsync``) and the database server's CPU over each (from
-/proc; other users of the server disturb it).
+CPU of ``dbsync``) and the CPU of every process of the database
+server over each (from /proc; other users of the server disturb it).
 
     python tools/bench/adoption.py -H 1000 -d 4 -a 16 --json adopt.json
 """
 import argparse
+import glob
 import json
+import os
+import pathlib
 import tempfile
 import time
-import urllib.parse
 import uuid
 
 import api
@@ -109,22 +111,34 @@ def seed(url: str, hosts: int, devices: int, handles: int) -> dict:
     return {t: len(r) for t, r in rows.items() if r}
 
 
-def _server(db_server: str) -> dict[int, str]:
-    parsed = urllib.parse.urlsplit(db_server)
-    default = 5432 if parsed.scheme.startswith('postgresql') else 3306
-    return api.listeners([parsed.port or default])
+def _server_cpu(comm: str) -> float:
+    """CPU seconds of every process named ``comm`` and of its children
+    that ended: PostgreSQL serves each connection from a process of its
+    own, which ends with the connection (and which the postmaster reaps,
+    adding its time to its own children's)."""
+    tick = os.sysconf('SC_CLK_TCK')
+    total = 0.0
+    for stat in glob.glob('/proc/[0-9]*/stat'):
+        try:
+            with open(stat) as f:
+                text = f.read()
+        except OSError:
+            continue
+        if text[text.index('(') + 1:text.rindex(')')] != comm:
+            continue
+        fields = text[text.rindex(')') + 2:].split()
+        total += sum(int(v) for v in fields[11:15]) / tick
+    return total
 
 
-def _timed(what: str, server: dict[int, str], func) -> dict:
-    before = api.cpu_used({}, server)
+def _timed(what: str, comm: str, func) -> dict:
+    before = (time.process_time(), _server_cpu(comm))
     start = time.monotonic()
     func()
     wall = time.monotonic() - start
-    used = api.cpu_used({}, server) - before
     figures = {'wall_s': round(wall, 2),
-               'dbsync_cpu_s': round(used['clients'], 2),
-               'db_server_cpu_s': round(sum(
-                   v for k, v in used.items() if k != 'clients'), 2)}
+               'dbsync_cpu_s': round(time.process_time() - before[0], 2),
+               'db_server_cpu_s': round(_server_cpu(comm) - before[1], 2)}
     print(f'{what}: {figures}', flush=True)
     return figures
 
@@ -141,16 +155,18 @@ def main() -> int:
     name, url = api._database(args.db_server)
     try:
         with tempfile.TemporaryDirectory() as workdir:
-            upstream_cyborg.migrate(url, __import__('pathlib').Path(workdir))
+            upstream_cyborg.migrate(url, pathlib.Path(workdir))
         counts = seed(url, args.hosts, args.devices, args.handles)
         print(f'seeded {counts}', flush=True)
-        server = _server(args.db_server)
-        run = {'backend': sa.engine.make_url(url).get_backend_name(),
+        backend = ('PostgreSQL' if url.startswith('postgresql')
+                   else 'MariaDB')
+        comm = 'postgres' if backend == 'PostgreSQL' else 'mariadbd'
+        run = {'backend': backend,
                'hosts': args.hosts, 'devices': args.devices,
                'handles': args.handles, 'rows': counts}
-        run['dry_run'] = _timed('dry run', server, lambda: adoption.adopt(
+        run['dry_run'] = _timed('dry run', comm, lambda: adoption.adopt(
             url, dry_run=True, say=lambda _: None))
-        run['adopt'] = _timed('adopt', server, lambda: adoption.adopt(
+        run['adopt'] = _timed('adopt', comm, lambda: adoption.adopt(
             url, say=lambda _: None))
         assert migration.version(url) == migration.head()
         if args.json:
