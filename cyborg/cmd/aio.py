@@ -86,18 +86,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument('--port', type=int, default=6666,
                         help='port of the API on 127.0.0.1 (default: 6666; '
                              '0 picks a free one)')
-    parser.add_argument('--placement-port', type=int, default=8778,
-                        help='port of placement on 127.0.0.1 (default: '
-                             '8778; 0 picks a free one)')
-    parser.add_argument('--no-placement', action='store_true',
-                        help='run without placement even if '
-                             'openstack-placement is installed')
-    parser.add_argument('--glance-port', type=int, default=9292,
-                        help='port of Glance on 127.0.0.1 (default: 9292; '
-                             '0 picks a free one)')
-    parser.add_argument('--no-glance', action='store_true',
-                        help='run without Glance even if glance is '
-                             'installed')
+    for option, name, port, package in (
+            ('placement', 'placement', 8778, 'openstack-placement'),
+            ('glance', 'Glance', 9292, 'glance')):
+        parser.add_argument(f'--{option}-port', type=int, default=port,
+                            help=f'port of {name} on 127.0.0.1 (default: '
+                                 f'{port}; 0 picks a free one)')
+        parser.add_argument(f'--no-{option}', action='store_true',
+                            help=f'run without {name} even if {package} is '
+                                 'installed')
     parser.add_argument('--once', action='store_true',
                         help='report once, print, and exit')
     return parser

@@ -6,6 +6,7 @@ addresses can be changed with CYBORG_TEST_MYSQL_URL, CYBORG_TEST_PG_URL and
 CYBORG_TEST_RABBIT_URL. A service that cannot be reached skips its tests,
 unless CYBORG_TEST_REQUIRE_SERVICES=1 (set by .ci/run), where it fails them.
 """
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -138,6 +139,13 @@ def conf(tmp_path_factory) -> Iterator[cfg.ConfigOpts]:
 def migrated_engine(url: str) -> Iterator[sa.engine.Engine]:
     """Migrate the database at ``url`` to head and wire it in."""
     migration.upgrade('head', url=url)
+    with wired_engine(url) as engine:
+        yield engine
+
+
+@contextlib.contextmanager
+def wired_engine(url: str) -> Iterator[sa.engine.Engine]:
+    """Wire the database at ``url`` in as cyborg's, as it is."""
     engine = engines.create_engine(db_api.connection_url(url),
                                    sqlite_fk=True)
     undo = db_api.patch_engine(engine)

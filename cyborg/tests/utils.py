@@ -118,3 +118,25 @@ disable-logging = true
 env = OS_CYBORG_CONFIG_FILES={conf_file}
 """)
     return [uwsgi, '--ini', ini]
+
+
+def query(url: str, statement: str) -> list[dict]:
+    """The rows of ``statement`` on the database at ``url``, as dicts."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return [dict(r) for r in conn.execute(
+                sa.text(statement)).mappings()]
+    finally:
+        engine.dispose()
+
+
+def dbsync(workdir, url: str, *args: str) -> subprocess.CompletedProcess:
+    """cyborg-dbsync ``args`` on the database at ``url``, as a process;
+    its configuration file is written in ``workdir``."""
+    conf = os.path.join(str(workdir), 'cyborg.conf')
+    with open(conf, 'w') as f:
+        f.write(f'[database]\nconnection = {url}\n')
+    return subprocess.run(
+        [sys.executable, '-m', 'cyborg.cmd.dbsync', '--config-file', conf,
+         *args], capture_output=True, text=True, timeout=300)

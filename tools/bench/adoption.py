@@ -14,7 +14,6 @@ server over each (from /proc; other users of the server disturb it).
     python tools/bench/adoption.py -H 1000 -d 4 -a 16 --json adopt.json
 """
 import argparse
-import glob
 import json
 import os
 import pathlib
@@ -117,18 +116,8 @@ def _server_cpu(comm: str) -> float:
     own, which ends with the connection (and which the postmaster reaps,
     adding its time to its own children's)."""
     tick = os.sysconf('SC_CLK_TCK')
-    total = 0.0
-    for stat in glob.glob('/proc/[0-9]*/stat'):
-        try:
-            with open(stat) as f:
-                text = f.read()
-        except OSError:
-            continue
-        if text[text.index('(') + 1:text.rindex(')')] != comm:
-            continue
-        fields = text[text.rindex(')') + 2:].split()
-        total += sum(int(v) for v in fields[11:15]) / tick
-    return total
+    return sum(sum(int(v) for v in fields[11:15]) / tick
+               for _, name, fields in api.proc_stats() if name == comm)
 
 
 def _timed(what: str, comm: str, func) -> dict:

@@ -38,6 +38,7 @@ import threading
 import time
 import urllib.parse
 import uuid
+from collections.abc import Iterator
 
 import sqlalchemy as sa
 from oslo_db.sqlalchemy import engines
@@ -164,6 +165,20 @@ def servers(db_server: str, transport: str) -> dict[int, str]:
     return listeners(ports)
 
 
+def proc_stats() -> Iterator[tuple[int, str, list[str]]]:
+    """(pid, command name, the fields of /proc/PID/stat after the name)
+    of every process; those that end while read are left out."""
+    for stat in glob.glob('/proc/[0-9]*/stat'):
+        try:
+            with open(stat) as f:
+                text = f.read()
+        except OSError:
+            continue
+        yield (int(text.split(' ', 1)[0]),
+               text[text.index('(') + 1:text.rindex(')')],
+               text[text.rindex(')') + 2:].split())
+
+
 def cpu_used(sessions: dict[int, str],
              servers: dict[int, str] | None = None) -> collections.Counter:
     """CPU seconds used so far: by this process ('clients'), by the
@@ -173,15 +188,7 @@ def cpu_used(sessions: dict[int, str],
     process named as one. Empty where there is no /proc."""
     used: collections.Counter = collections.Counter()
     tick = os.sysconf('SC_CLK_TCK')
-    for stat in glob.glob('/proc/[0-9]*/stat'):
-        try:
-            with open(stat) as f:
-                text = f.read()
-        except OSError:
-            continue
-        pid = int(text.split(' ', 1)[0])
-        comm = text[text.index('(') + 1:text.rindex(')')]
-        fields = text[text.rindex(')') + 2:].split()
+    for pid, comm, fields in proc_stats():
         label = ('clients' if pid == os.getpid()
                  else sessions.get(int(fields[3])) or sessions.get(pid)
                  or (_SERVERS.get(comm) if servers is None

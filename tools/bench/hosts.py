@@ -69,16 +69,8 @@ def _oldest(*names: str) -> int | None:
     """The pid of the longest-running process with one of ``names``: the
     server, not a CLI tool of the same executable (rabbitmqctl runs
     beam.smp too)."""
-    found = []
-    for stat in glob.glob('/proc/[0-9]*/stat'):
-        try:
-            with open(stat) as f:
-                text = f.read()
-        except OSError:
-            continue
-        if text[text.index('(') + 1:text.rindex(')')] in names:
-            fields = text[text.rindex(')') + 2:].split()
-            found.append((int(fields[19]), int(text.split(' ', 1)[0])))
+    found = [(int(fields[19]), pid)
+             for pid, comm, fields in api.proc_stats() if comm in names]
     return min(found)[1] if found else None
 
 

@@ -5,23 +5,20 @@ the rows are written here, with the formats upstream's fake driver and
 API write, so that each case is exact. The whole switch-over, with rows
 made by upstream's own services, is in test_upstream_switch_over.py.
 """
-import contextlib
 import json
-import subprocess
-import sys
 import uuid
 
 import pytest
 import sqlalchemy as sa
-from oslo_db.sqlalchemy import engines
 
 from cyborg import context as cyborg_context
 from cyborg.db import adoption
-from cyborg.db import api as db_api
 from cyborg.db import migration
 from cyborg.db import upstream
 from cyborg.db.api import inventory
+from cyborg.tests import conftest
 from cyborg.tests import upstream_cyborg
+from cyborg.tests import utils
 from cyborg.tests.upstream_cyborg import upstream_venv  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures('upstream_venv')
@@ -111,14 +108,6 @@ def upstream_url(empty_db_url, tmp_path):
     return empty_db_url
 
 
-def _dbsync(tmp_path, url: str, *args: str) -> subprocess.CompletedProcess:
-    conf = tmp_path / 'cyborg.conf'
-    conf.write_text(f'[database]\nconnection = {url}\n')
-    return subprocess.run(
-        [sys.executable, '-m', 'cyborg.cmd.dbsync', '--config-file',
-         str(conf), *args], capture_output=True, text=True, timeout=120)
-
-
 def _dump(url: str) -> dict[str, list[dict]]:
     """Every table's rows, in id order where there is one."""
     engine = sa.create_engine(url)
@@ -147,22 +136,10 @@ def _enum_types(url: str) -> list[str]:
         engine.dispose()
 
 
-@contextlib.contextmanager
-def _ours(url: str):
-    engine = engines.create_engine(db_api.connection_url(url),
-                                   sqlite_fk=True)
-    undo = db_api.patch_engine(engine)
-    try:
-        yield engine
-    finally:
-        undo()
-        engine.dispose()
-
-
 def test_dry_run_says_what_and_changes_nothing(tmp_path, upstream_url):
     _seed(upstream_url)
     before = _dump(upstream_url)
-    result = _dbsync(tmp_path, upstream_url, 'adopt', '--dry-run')
+    result = utils.dbsync(tmp_path, upstream_url, 'adopt', '--dry-run')
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert 'these rows would come across with their ids, uuids and ' \
@@ -182,12 +159,12 @@ def test_dry_run_says_what_and_changes_nothing(tmp_path, upstream_url):
 def test_rows_come_across_and_the_next_report_matches_them(
         tmp_path, upstream_url, conf):
     made = _seed(upstream_url)
-    upgrade = _dbsync(tmp_path, upstream_url, 'upgrade')
+    upgrade = utils.dbsync(tmp_path, upstream_url, 'upgrade')
     assert upgrade.returncode == 1
     assert 'holds an OpenStack Cyborg 17.0.0 database. Run "cyborg-dbsync ' \
         'adopt"' in upgrade.stderr
 
-    result = _dbsync(tmp_path, upstream_url, 'adopt')
+    result = utils.dbsync(tmp_path, upstream_url, 'adopt')
     assert result.returncode == 0, result.stderr
     assert f"cyborg's revision {migration.head()}" in result.stdout
     found = migration.recognise(upstream_url)
@@ -197,7 +174,7 @@ def test_rows_come_across_and_the_next_report_matches_them(
     tables = set(_dump(upstream_url))
     assert not {t for t in tables if t.startswith(upstream.PREFIX)}
 
-    with _ours(upstream_url):
+    with conftest.wired_engine(upstream_url):
         ctx = cyborg_context.get_admin_context()
         [device] = inventory.get_host_devices(ctx, HOST)
         assert device['uuid'] == made['devices'][0]
@@ -249,7 +226,7 @@ def test_rows_come_across_and_the_next_report_matches_them(
         inventory.apply_report(ctx, HOST, report)
         assert len(inventory.get_host_devices(ctx, HOST)) == 2
 
-    again = _dbsync(tmp_path, upstream_url, 'adopt')
+    again = utils.dbsync(tmp_path, upstream_url, 'adopt')
     assert again.returncode == 0, again.stderr
     assert 'nothing to adopt' in again.stdout
 
@@ -266,7 +243,7 @@ def test_rows_that_cannot_come_across_refuse_it_all(tmp_path,
     engine.dispose()
     before = _dump(upstream_url)
     for args in (('adopt', '--dry-run'), ('adopt',)):
-        result = _dbsync(tmp_path, upstream_url, *args)
+        result = utils.dbsync(tmp_path, upstream_url, *args)
         assert result.returncode == 1
         arqs = made['extended_accelerator_requests']
         assert (f'cannot come across: attach handles held by two accelerator '
@@ -294,11 +271,11 @@ def test_an_interrupted_adoption_finishes(tmp_path, upstream_url, stop):
         with migration.connect(upstream_url) as conn:
             conn.execute(sa.text(f'DROP TABLE {upstream.PREFIX}reservations'))
     assert migration.recognise(upstream_url).kind is upstream.Kind.ADOPTING
-    refused = _dbsync(tmp_path, upstream_url, 'upgrade')
+    refused = utils.dbsync(tmp_path, upstream_url, 'upgrade')
     assert 'an adoption of an OpenStack Cyborg 17.0.0 database that has ' \
         'not finished' in refused.stderr
 
-    result = _dbsync(tmp_path, upstream_url, 'adopt')
+    result = utils.dbsync(tmp_path, upstream_url, 'adopt')
     assert result.returncode == 0, result.stderr
     dump = _dump(upstream_url)
     assert not [t for t in dump if t.startswith(upstream.PREFIX)]

@@ -5,21 +5,13 @@ and that the message names what was found. Adoption of a real OpenStack
 Cyborg database is in test_adoption.py.
 """
 import subprocess
-import sys
 
 import pytest
 import sqlalchemy as sa
 
 from cyborg.db import migration
 from cyborg.db import upstream
-
-
-def _dbsync(tmp_path, url: str, *args: str) -> subprocess.CompletedProcess:
-    conf = tmp_path / 'cyborg.conf'
-    conf.write_text(f'[database]\nconnection = {url}\n')
-    return subprocess.run(
-        [sys.executable, '-m', 'cyborg.cmd.dbsync', '--config-file',
-         str(conf), *args], capture_output=True, text=True, timeout=120)
+from cyborg.tests import utils
 
 
 def _make(url: str, *statements: str) -> None:
@@ -58,7 +50,7 @@ def test_tables_without_a_version_are_refused(tmp_path, empty_db_url):
     _make(empty_db_url, 'CREATE TABLE instances (id INTEGER PRIMARY KEY)',
           'CREATE TABLE flavors (id INTEGER PRIMARY KEY)')
     for command in ('upgrade', 'adopt'):
-        line = _one_line(_dbsync(tmp_path, empty_db_url, command))
+        line = _one_line(utils.dbsync(tmp_path, empty_db_url, command))
         assert '2 table(s) without a schema version: flavors, ' \
             'instances' in line, line
     assert _tables(empty_db_url) == {'flavors', 'instances'}
@@ -68,7 +60,7 @@ def test_an_older_upstream_is_told_to_upgrade_first(tmp_path, empty_db_url):
     _make(empty_db_url, *_version_table('6c77bd6afea5'),
           'CREATE TABLE devices (id INTEGER PRIMARY KEY)')
     for command in ('upgrade', 'adopt'):
-        line = _one_line(_dbsync(tmp_path, empty_db_url, command))
+        line = _one_line(utils.dbsync(tmp_path, empty_db_url, command))
         assert 'an OpenStack Cyborg database at migration 6c77bd6afea5' \
             in line, line
         assert f'({upstream.UPSTREAM_HEAD})' in line
@@ -78,18 +70,18 @@ def test_an_older_upstream_is_told_to_upgrade_first(tmp_path, empty_db_url):
 
 def test_an_unknown_revision_is_named(tmp_path, empty_db_url):
     _make(empty_db_url, *_version_table('deadbeef0042'))
-    line = _one_line(_dbsync(tmp_path, empty_db_url, 'upgrade'))
+    line = _one_line(utils.dbsync(tmp_path, empty_db_url, 'upgrade'))
     assert 'schema version deadbeef0042, which is neither' in line, line
 
 
 def test_upstream_head_without_its_tables(tmp_path, empty_db_url):
     _make(empty_db_url, *_version_table(upstream.UPSTREAM_HEAD))
-    line = _one_line(_dbsync(tmp_path, empty_db_url, 'adopt'))
+    line = _one_line(utils.dbsync(tmp_path, empty_db_url, 'adopt'))
     assert 'without its tables devices, controlpath_ids' in line, line
 
 
 def test_adopt_on_an_empty_database_changes_nothing(tmp_path, empty_db_url):
-    line = _one_line(_dbsync(tmp_path, empty_db_url, 'adopt'))
+    line = _one_line(utils.dbsync(tmp_path, empty_db_url, 'adopt'))
     assert 'it holds nothing, not an OpenStack Cyborg 17.0.0 database' \
         in line, line
     assert _tables(empty_db_url) == set()
@@ -97,7 +89,7 @@ def test_adopt_on_an_empty_database_changes_nothing(tmp_path, empty_db_url):
 
 def test_adopt_on_ours_is_a_no_op(tmp_path, empty_db_url):
     migration.upgrade(url=empty_db_url)
-    result = _dbsync(tmp_path, empty_db_url, 'adopt')
+    result = utils.dbsync(tmp_path, empty_db_url, 'adopt')
     assert result.returncode == 0, result.stderr
     assert "already has cyborg's schema (revision " \
         f'{migration.head()}): nothing to adopt' in result.stdout
@@ -109,7 +101,7 @@ def test_a_version_table_alone_counts_as_empty(tmp_path, empty_db_url,
     # What an upgrade interrupted before its first migration leaves.
     _make(empty_db_url, 'CREATE TABLE alembic_version (version_num '
           'VARCHAR(32) NOT NULL PRIMARY KEY)')
-    result = _dbsync(tmp_path, empty_db_url, *command.split())
+    result = utils.dbsync(tmp_path, empty_db_url, *command.split())
     if command == 'upgrade':
         assert result.returncode == 0, result.stderr
         assert migration.version(empty_db_url) == migration.head()

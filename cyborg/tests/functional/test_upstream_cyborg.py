@@ -5,10 +5,10 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-import sqlalchemy as sa
 
 from cyborg.tests import conftest
 from cyborg.tests import upstream_cyborg
+from cyborg.tests import utils
 from cyborg.tests.placement_server import Placement
 from cyborg.tests.upstream_cyborg import upstream_venv  # noqa: F401
 
@@ -44,13 +44,13 @@ def test_upstream_dbsync_fails_on_postgresql(server_db_url, tmp_path):
     assert done.returncode != 0, output
     assert 'PostgreSQL Enum type requires a name' in output, output[-2000:]
     # The whole upgrade was one transaction: nothing is left.
-    assert _rows(server_db_url, "SELECT tablename FROM pg_tables "
-                                "WHERE schemaname = 'public'") == []
+    assert utils.query(server_db_url, "SELECT tablename FROM pg_tables "
+                                      "WHERE schemaname = 'public'") == []
     upstream_cyborg.dbsync(server_db_url, tmp_path,
                            upstream_cyborg.POSTGRESQL_LAST)
     assert upstream_cyborg.alembic_version(server_db_url) == [
         upstream_cyborg.POSTGRESQL_LAST]
-    labels = {row['typname']: row['labels'].split(',') for row in _rows(
+    labels = {row['typname']: row['labels'].split(',') for row in utils.query(
         server_db_url,
         "SELECT t.typname, string_agg(e.enumlabel, ',' ORDER BY "
         "e.enumsortorder) AS labels FROM pg_type t JOIN pg_enum e "
@@ -69,15 +69,6 @@ def test_upstream_dbsync_fails_on_sqlite(tmp_path):
         upstream_cyborg.SQLITE_LAST]
 
 
-def _rows(url: str, query: str) -> list[dict]:
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as conn:
-            return [dict(r) for r in conn.execute(sa.text(query)).mappings()]
-    finally:
-        engine.dispose()
-
-
 @pytest.mark.rabbit
 @pytest.mark.parametrize('server_db_url', SERVERS, indirect=True)
 def test_fill(server_db_url, placement_url, rabbit_url, tmp_path):
@@ -93,7 +84,7 @@ def test_fill(server_db_url, placement_url, rabbit_url, tmp_path):
              'BindStarted', 'Deleting']), logs
 
         # Read again from upstream's tables, not from the harness.
-        arqs = {a['uuid']: a for a in _rows(
+        arqs = {a['uuid']: a for a in utils.query(
             server_db_url,
             'SELECT a.uuid, a.state, a.instance_uuid, a.device_rp_uuid, '
             'a.attach_handle_id, a.deployable_id, h.in_use, h.uuid AS ah '

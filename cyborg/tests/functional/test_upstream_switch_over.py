@@ -8,17 +8,15 @@ Nova's own client finds the bound requests as they were, unbinds and
 deletes them, and binds an adopted request again.
 """
 import json
-import subprocess
-import sys
 import uuid
 
 import pytest
 import requests
-import sqlalchemy as sa
 
 from cyborg.db import migration
 from cyborg.db import upstream
 from cyborg.tests import upstream_cyborg
+from cyborg.tests import utils
 from cyborg.tests.functional import gate_stack
 from cyborg.tests.functional.clients.test_nova_client import NovaError
 from cyborg.tests.placement_server import Placement
@@ -41,12 +39,7 @@ def _pci(info: str | dict) -> tuple[int, ...]:
 
 
 def _adopt(stack: gate_stack.Stack, *args: str) -> str:
-    conf = gate_stack.write_conf(stack.workdir / 'dbsync.conf', {
-        'database': {'connection': stack.database_url}})
-    done = subprocess.run(
-        [sys.executable, '-m', 'cyborg.cmd.dbsync', '--config-file',
-         str(conf), 'adopt', *args],
-        capture_output=True, text=True, timeout=300)
+    done = utils.dbsync(stack.workdir, stack.database_url, 'adopt', *args)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -56,15 +49,6 @@ def _get(stack: gate_stack.Stack, path: str) -> dict:
                             timeout=30)
     assert response.status_code == 200, response.text
     return response.json()
-
-
-def _rows(url: str, query: str) -> list[dict]:
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as conn:
-            return [dict(r) for r in conn.execute(sa.text(query)).mappings()]
-    finally:
-        engine.dispose()
 
 
 def _start_ours(stack: gate_stack.Stack, host: str) -> None:
@@ -86,9 +70,9 @@ def _reported_and_synced(stack: gate_stack.Stack, host: str,
     wanted = {d.uuid for d in filled.deployables}
 
     def done() -> list[dict] | None:
-        rows = _rows(stack.database_url,
-                     'SELECT uuid, name, rp_uuid, rp_synced FROM '
-                     'deployables')
+        rows = utils.query(stack.database_url,
+                           'SELECT uuid, name, rp_uuid, rp_synced FROM '
+                           'deployables')
         if ({r['uuid'] for r in rows} == wanted
                 and all(r['name'].startswith(f'{host}_0000:0c')
                         and r['rp_synced'] for r in rows)):
@@ -144,8 +128,8 @@ def test_switch_over(tmp_path, rabbit_url, empty_db_url, fake_nova):
         devices = _get(stack, f'/devices?hostname={filled.host}')['devices']
         assert [d['uuid'] for d in devices] == [
             d.uuid for d in filled.devices]
-        handles = _rows(empty_db_url, 'SELECT uuid, in_use FROM '
-                                      'attach_handles')
+        handles = utils.query(empty_db_url,
+                              'SELECT uuid, in_use FROM attach_handles')
         assert {h['uuid'] for h in handles} == {
             h.uuid for h in filled.handles}
 
@@ -193,8 +177,8 @@ def test_switch_over(tmp_path, rabbit_url, empty_db_url, fake_nova):
         freed = {a.attach_handle_uuid for a in bound
                  if a.instance_uuid in instances[:2]}
         gate_stack.wait_for(lambda: not [
-            h for h in _rows(empty_db_url, 'SELECT uuid, in_use FROM '
-                                           'attach_handles')
+            h for h in utils.query(empty_db_url,
+                                   'SELECT uuid, in_use FROM attach_handles')
             if h['uuid'] in freed and h['in_use']],
             'the released handles to be free', 60)
 
