@@ -286,6 +286,63 @@ def _repair_postgresql(database_url: str) -> None:
         engine.dispose()
 
 
+def schema(database_url: str, workdir: pathlib.Path) -> None:
+    """Upstream's empty schema at its head on ``database_url``: by its
+    migrations on the servers (``migrate``), by its ``create_schema``
+    (its models, stamped at its head) on SQLite, where its migrations
+    stop at the first ALTER."""
+    if database_url.startswith('sqlite'):
+        dbsync(database_url, workdir, command='create_schema')
+    else:
+        migrate(database_url, workdir)
+
+
+def copy_schema(source_url: str, target_url: str) -> None:
+    """Make the empty database at ``target_url`` hold what the one at
+    ``source_url`` holds (an upstream schema, made once by ``schema``):
+    a tenth of the time of running upstream's dbsync again.
+
+    PostgreSQL copies the database whole (``CREATE DATABASE ...
+    TEMPLATE``); MariaDB runs each table's own ``SHOW CREATE TABLE`` and
+    copies the rows; SQLite copies the file.
+    """
+    source = sa.engine.make_url(source_url)
+    target = sa.engine.make_url(target_url)
+    backend = source.get_backend_name()
+    if backend == 'sqlite':
+        shutil.copyfile(str(source.database), str(target.database))
+        return
+    if backend == 'postgresql':
+        admin = sa.create_engine(target.set(database='postgres'),
+                                 isolation_level='AUTOCOMMIT')
+        try:
+            with admin.connect() as conn:
+                conn.execute(sa.text(f'DROP DATABASE {target.database}'))
+                conn.execute(sa.text(
+                    f'CREATE DATABASE {target.database} TEMPLATE '
+                    f'{source.database}'))
+        finally:
+            admin.dispose()
+        return
+    engine = sa.create_engine(target)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text('SET FOREIGN_KEY_CHECKS = 0'))
+            tables = conn.scalars(sa.text(
+                f'SHOW TABLES FROM `{source.database}`')).all()
+            for table in tables:
+                ddl = conn.execute(sa.text(
+                    f'SHOW CREATE TABLE `{source.database}`.`{table}`')
+                ).one()[1]
+                conn.execute(sa.text(ddl))
+                conn.execute(sa.text(
+                    f'INSERT INTO `{table}` SELECT * FROM '
+                    f'`{source.database}`.`{table}`'))
+            conn.execute(sa.text('SET FOREIGN_KEY_CHECKS = 1'))
+    finally:
+        engine.dispose()
+
+
 def alembic_version(database_url: str) -> list[str]:
     engine = sa.create_engine(database_url)
     try:

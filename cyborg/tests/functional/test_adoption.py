@@ -12,6 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from cyborg import context as cyborg_context
+from cyborg.common import exception
 from cyborg.db import adoption
 from cyborg.db import migration
 from cyborg.db import upstream
@@ -95,16 +96,32 @@ def _seed(url: str) -> dict[str, list[str]]:
     return made
 
 
+@pytest.fixture(scope='session')
+def upstream_templates(tmp_path_factory):
+    """backend -> the URL of a database with upstream's empty schema,
+    made once per test process; each test gets a copy."""
+    made: dict[str, str] = {}
+    databases = []
+
+    def template(backend: str) -> str:
+        if backend not in made:
+            workdir = tmp_path_factory.mktemp(f'upstream-{backend}')
+            database = conftest.empty_database_url(backend, workdir)
+            made[backend] = next(database)
+            databases.append(database)
+            upstream_cyborg.schema(made[backend], workdir)
+        return made[backend]
+
+    yield template
+    for database in databases:
+        next(database, None)  # drops it
+
+
 @pytest.fixture
-def upstream_url(empty_db_url, tmp_path):
-    """An empty OpenStack Cyborg 17.0.0 schema: made by its migrations
-    on the servers, by its ``create_schema`` (its models, stamped at its
-    head) on SQLite, where its migrations stop at the first ALTER."""
-    if empty_db_url.startswith('sqlite'):
-        upstream_cyborg.dbsync(empty_db_url, tmp_path,
-                               command='create_schema')
-    else:
-        upstream_cyborg.migrate(empty_db_url, tmp_path)
+def upstream_url(backend, empty_db_url, upstream_templates):
+    """An empty OpenStack Cyborg 17.0.0 schema (see
+    ``upstream_cyborg.schema``)."""
+    upstream_cyborg.copy_schema(upstream_templates(backend), empty_db_url)
     return empty_db_url
 
 
@@ -271,12 +288,13 @@ def test_an_interrupted_adoption_finishes(tmp_path, upstream_url, stop):
         with migration.connect(upstream_url) as conn:
             conn.execute(sa.text(f'DROP TABLE {upstream.PREFIX}reservations'))
     assert migration.recognise(upstream_url).kind is upstream.Kind.ADOPTING
-    refused = utils.dbsync(tmp_path, upstream_url, 'upgrade')
-    assert 'an adoption of an OpenStack Cyborg 17.0.0 database that has ' \
-        'not finished' in refused.stderr
+    with pytest.raises(exception.ForeignDatabase,
+                       match='an adoption of an OpenStack Cyborg 17.0.0 '
+                             'database that has not finished'):
+        migration.upgrade(url=upstream_url)
 
-    result = utils.dbsync(tmp_path, upstream_url, 'adopt')
-    assert result.returncode == 0, result.stderr
+    # In this process: the command's output is checked above.
+    adoption.adopt(upstream_url, say=lambda _: None)
     dump = _dump(upstream_url)
     assert not [t for t in dump if t.startswith(upstream.PREFIX)]
     assert migration.version(upstream_url) == migration.head()

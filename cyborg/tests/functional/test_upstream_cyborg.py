@@ -28,8 +28,13 @@ def server_db_url(request, tmp_path) -> Iterator[str]:
     yield from conftest.empty_database_url(request.param, tmp_path)
 
 
-@pytest.mark.parametrize('server_db_url', SERVERS, indirect=True)
-@pytest.mark.parametrize('revision', ['head', '6c77bd6afea5'])
+# Upstream's head on PostgreSQL takes the repair; an older revision on
+# MariaDB is what an operator is told to upgrade first. (Upstream's head
+# on MariaDB is made for every adoption test.)
+@pytest.mark.parametrize('server_db_url, revision', [
+    pytest.param('postgresql', 'head', marks=pytest.mark.postgresql),
+    pytest.param('mysql', '6c77bd6afea5', marks=pytest.mark.mysql)],
+    indirect=['server_db_url'])
 def test_migrate(server_db_url, revision, tmp_path):
     upstream_cyborg.migrate(server_db_url, tmp_path, revision)
     expected = upstream_cyborg.HEAD if revision == 'head' else revision
@@ -69,8 +74,9 @@ def test_upstream_dbsync_fails_on_sqlite(tmp_path):
         upstream_cyborg.SQLITE_LAST]
 
 
+# On MariaDB: test_upstream_switch_over fills both databases again.
 @pytest.mark.rabbit
-@pytest.mark.parametrize('server_db_url', SERVERS, indirect=True)
+@pytest.mark.parametrize('server_db_url', SERVERS[:1], indirect=True)
 def test_fill(server_db_url, placement_url, rabbit_url, tmp_path):
     with upstream_cyborg.upstream_database(
             server_db_url, placement_url, rabbit_url,
