@@ -471,6 +471,10 @@ class Binder:
                   for uuid, state in sorted(states.items())
                   if instances.get(uuid)]
         if events:
+            # Sent after the RPC's answer, joined with others: a conductor
+            # that dies in between leaves Nova waiting for these.
+            LOG.debug('Nova events queued for accelerator request(s) %s.',
+                      ', '.join(e.arq_uuid for e in events))
             self._events.submit(events)
 
     def _post_events(self, lists: list[list[nova_client.BindEvent]]

@@ -43,6 +43,7 @@ RPC_TIMEOUT = 8
 PLACEMENT_SYNC_INTERVAL = 5
 # Logs each message an RPC server takes, at DEBUG.
 RPC_SERVER_LOGGER = 'oslo_messaging.rpc.server'
+BINDING_LOGGER = 'cyborg.conductor.binding'
 # An administrator of placement under noauth2.
 PLACEMENT_TOKEN = 'admin'
 
@@ -195,6 +196,13 @@ class Process:
                 text))
 
         return count('Receive incoming'), count('Replied success')
+
+    def queued_events(self) -> set[str]:
+        """The ARQs whose Nova events the current run queued (from a
+        conductor's log)."""
+        return {uuid for found in re.findall(
+            r'Nova events queued for accelerator request\(s\) ([^.]+)\.',
+            self.log()) for uuid in found.split(', ')}
 
     def log(self) -> str:
         """What the current (or last) run wrote."""
@@ -376,9 +384,11 @@ class Stack:
                       ) -> Process:
         """A conductor publishing to placement and telling Nova, both with
         fixed tokens (keystoneauth's admin_token plugin). It logs each RPC
-        message it takes and answers (see ``rpc_calls``)."""
+        message it takes and answers (see ``rpc_calls``) and the Nova
+        events it queues (``queued_events``)."""
         levels = ','.join(log.get_default_log_levels()
-                          + [f'{RPC_SERVER_LOGGER}=DEBUG'])
+                          + [f'{RPC_SERVER_LOGGER}=DEBUG',
+                             f'{BINDING_LOGGER}=DEBUG'])
         return self._service(host, 'conductor', {
             'DEFAULT': self._default(host, host=host,
                                      default_log_levels=levels),
