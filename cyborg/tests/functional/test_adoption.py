@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from cyborg import context as cyborg_context
 from cyborg.common import exception
 from cyborg.db import adoption
+from cyborg.db import adoption_plan
 from cyborg.db import migration
 from cyborg.db import upstream
 from cyborg.db.api import inventory
@@ -283,7 +284,7 @@ def test_an_interrupted_adoption_finishes(tmp_path, upstream_url, stop):
             migration.upgrade_on(conn)
     if stop in ('copied', 'one table dropped'):
         with migration.connect(upstream_url) as conn:
-            adoption._copy(conn, adoption.make_plan(adoption._read(conn)))
+            adoption._copy(conn, adoption_plan.make_plan(adoption._read(conn)))
     if stop == 'one table dropped':
         with migration.connect(upstream_url) as conn:
             conn.execute(sa.text(f'DROP TABLE {upstream.PREFIX}reservations'))

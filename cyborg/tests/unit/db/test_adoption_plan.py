@@ -1,7 +1,7 @@
 """What an adoption would write, from upstream rows given as dicts."""
 import json
 
-from cyborg.db import adoption
+from cyborg.db import adoption_plan
 
 RP = '11111111-2222-3333-4444-555555555555'
 INSTANCE = '9a9a9a9a-0000-0000-0000-000000000001'
@@ -61,7 +61,7 @@ def _rows(**overrides):
 
 
 def test_rows_come_across_with_their_ids_and_providers():
-    plan = adoption.make_plan(_rows())
+    plan = adoption_plan.make_plan(_rows())
     assert plan.problems == []
     [dep] = plan.rows['deployables']
     assert (dep['id'], dep['uuid'], dep['rp_uuid']) == (1, 'dep-1', RP)
@@ -103,7 +103,7 @@ def test_rows_come_across_with_their_ids_and_providers():
 def test_types_and_states_are_mapped():
     src = _rows()
     src['devices'][0].update(type='NVME', device_state='error')
-    plan = adoption.make_plan(src)
+    plan = adoption_plan.make_plan(src)
     assert plan.problems == []
     [device] = plan.rows['devices']
     assert (device['type'], device['status']) == ('SSD', 'maintaining')
@@ -119,7 +119,7 @@ def test_every_row_that_cannot_come_across_is_named():
         _arq(6, 'Initial', device_profile_group_id=3),
         _arq(7, 'Bound', handle=2, instance=INSTANCE,
              device_rp_uuid='22222222-2222-3333-4444-555555555555')]
-    plan = adoption.make_plan(src)
+    plan = adoption_plan.make_plan(src)
     assert plan.problems == [
         'devices of a type cyborg does not have (it has GPU, FPGA, AICHIP, '
         'QAT, NIC, SSD, PCI): dev-2 (MDEV)',
@@ -135,5 +135,5 @@ def test_every_row_that_cannot_come_across_is_named():
 def test_a_long_list_of_rows_is_cut():
     src = _rows(extended_accelerator_requests=[
         _arq(n, 'Bound', instance=INSTANCE) for n in range(1, 9)])
-    [problem] = adoption.make_plan(src).problems
+    [problem] = adoption_plan.make_plan(src).problems
     assert problem.endswith('arq-1, arq-2, arq-3, arq-4, arq-5 and 3 more')
