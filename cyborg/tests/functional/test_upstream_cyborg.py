@@ -8,6 +8,7 @@ import pytest
 
 from cyborg.tests import conftest
 from cyborg.tests import upstream_cyborg
+from cyborg.tests import upstream_fill
 from cyborg.tests import utils
 from cyborg.tests.placement_server import Placement
 from cyborg.tests.upstream_cyborg import upstream_venv  # noqa: F401
@@ -78,7 +79,7 @@ def test_upstream_dbsync_fails_on_sqlite(tmp_path):
 @pytest.mark.rabbit
 @pytest.mark.parametrize('server_db_url', SERVERS[:1], indirect=True)
 def test_fill(server_db_url, placement_url, rabbit_url, tmp_path):
-    with upstream_cyborg.upstream_database(
+    with upstream_fill.upstream_database(
             server_db_url, placement_url, rabbit_url,
             tmp_path / 'upstream') as filled:
         logs = filled.logs()
@@ -100,12 +101,12 @@ def test_fill(server_db_url, placement_url, rabbit_url, tmp_path):
             arq.uuid: arq.state for arq in filled.arqs}
         (device,) = filled.devices
         (deployable,) = device.deployables
-        assert deployable.name == upstream_cyborg.device_rp_name(
+        assert deployable.name == upstream_fill.device_rp_name(
             filled.host)
         # Upstream names the provider's uuid after the deployable's name.
         assert deployable.rp_uuid == str(
             uuid.uuid3(uuid.NAMESPACE_DNS, deployable.name))
-        assert len(deployable.handles) == upstream_cyborg.FAKE_HANDLES
+        assert len(deployable.handles) == upstream_fill.FAKE_HANDLES
         bound = filled.arqs_in('Bound')
         assert len({arq.instance_uuid for arq in bound}) == 2
         for arq in bound:

@@ -15,7 +15,7 @@ import requests
 
 from cyborg.db import migration
 from cyborg.db import upstream
-from cyborg.tests import upstream_cyborg
+from cyborg.tests import upstream_fill
 from cyborg.tests import utils
 from cyborg.tests.functional import gate_stack
 from cyborg.tests.functional.clients.test_nova_client import NovaError
@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.usefixtures('upstream_venv'), pytest.mark.flow]
 HEADERS = {'X-Auth-Token': 'admin'}
 # Cyborg's fake driver reports the device upstream's fake driver did: one
 # FPGA at 0000:0c:00.0, its accelerators at functions 1 to 16.
-ACCELERATORS = upstream_cyborg.FAKE_HANDLES
+ACCELERATORS = upstream_fill.FAKE_HANDLES
 
 
 def _pci(info: str | dict) -> tuple[int, ...]:
@@ -63,7 +63,7 @@ def _start_ours(stack: gate_stack.Stack, host: str) -> None:
 
 
 def _reported_and_synced(stack: gate_stack.Stack, host: str,
-                         filled: upstream_cyborg.Filled) -> list[dict]:
+                         filled: upstream_fill.Filled) -> list[dict]:
     """The adopted deployables, once the agent's report has matched them
     (renamed as cyborg's fake driver names them) and the conductor has
     published them to placement."""
@@ -93,7 +93,7 @@ def test_switch_over(tmp_path, rabbit_url, empty_db_url, fake_nova):
     gate_stack.wait_for(stack.placement_up, 'placement to answer', 60)
     placement = Placement(stack.placement_url)
     nova = None
-    with stack.running(), upstream_cyborg.upstream_database(
+    with stack.running(), upstream_fill.upstream_database(
             empty_db_url, stack.placement_url, rabbit_url,
             tmp_path / 'upstream') as filled:
         bound = filled.arqs_in('Bound')
