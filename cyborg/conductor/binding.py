@@ -7,8 +7,9 @@ need the device's host (programming an FPGA, creating a vGPU) are left
 BindStarted; a worker thread asks the host's agent, within
 ``[conductor] bind_timeout``, and ends them Bound or BindFailed. Each PATCH
 sends its instant results to Nova in one POST, and its background results
-in one more. Binds left BindStarted by a conductor that stopped are failed
-by ``fail_stale_binds``.
+in one more (``bind_events``, which joins those ended at once). Binds left
+BindStarted by a conductor that stopped are failed by
+``fail_stale_binds``.
 
 An unbind or delete never waits for a host: it is committed at once, and
 what the requests held there (an mdev) is removed by a worker, or, when
@@ -34,7 +35,7 @@ from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import exception
 from cyborg.common import glance_client
 from cyborg.common import notifications
-from cyborg.conductor import coalesce
+from cyborg.conductor import bind_events
 from cyborg.conductor import metrics as conductor_metrics
 from cyborg.conductor import nova_client
 from cyborg.db.api import arq_bindings
@@ -54,10 +55,6 @@ AWAIT_POLL = 0.25
 UNTOUCHED = (exception.NotSupported, exception.BitstreamNotFound,
              exception.BitstreamError)
 STALE = '[conductor] bind_timeout expired'
-# Lists of events (one per PATCH or background finish) sent in one POST
-# to Nova at most: 64 PATCHes of an instance's few requests stay far below
-# the size of body Nova's API takes (114 KiB by default).
-EVENTS_PER_POST = 64
 
 
 def _program_info(group: list[Job]) -> dict[str, Any]:
@@ -85,12 +82,7 @@ class Binder:
             max_workers=conf.conductor.bind_workers)
         self.notifier = notifications.get_notifier(conf, 'cyborg-conductor')
         self.bind_durations = conductor_metrics.BindDurations()
-        # Events of binds ended by several threads at once leave in one
-        # POST, up to EVENTS_PER_POST binds' lists of them.
-        self._events: coalesce.Coalescer[
-            list[nova_client.BindEvent], nova_client.EventsOutcome]
-        self._events = coalesce.Coalescer(self._post_events,
-                                          EVENTS_PER_POST)
+        self.events = bind_events.BindEvents(self.nova)
         # Called with the attach handles (ids) a PATCH or delete left
         # cleaning, once committed (see cyborg.conductor.cleaning).
         self.clean: Callable[[list[int]], None] | None = None
@@ -207,7 +199,7 @@ class Binder:
         if batch.released:
             self.executor.submit(self._free, batch.released)
         if batch.resolved:
-            self.executor.submit(self._notify, batch.resolved,
+            self.executor.submit(self.events.notify, batch.resolved,
                                  batch.instances)
         if batch.jobs:
             self.executor.submit(self._finish, batch.jobs, started)
@@ -381,8 +373,8 @@ class Binder:
                 and ended.get(j['arq_uuid']) != 'Bound']
         if undo:
             self._free(undo)
-        self._notify(ended, {j['arq_uuid']: j['instance_uuid']
-                             for j in jobs})
+        self.events.notify(ended, {j['arq_uuid']: j['instance_uuid']
+                                   for j in jobs})
         # Nova first: it waits for these binds, listeners do not.
         for deployable_id, (_, loaded) in programs.items():
             group = by_deployable[deployable_id]
@@ -464,28 +456,6 @@ class Binder:
                   '%s', ', '.join(j['arq_uuid'] for j in jobs),
                   jobs[0]['host'], exc)
 
-    def _notify(self, states: dict[str, str],
-                instances: dict[str, str]) -> None:
-        events = [nova_client.BindEvent(instance_uuid=instances[uuid],
-                                        arq_uuid=uuid, state=state)
-                  for uuid, state in sorted(states.items())
-                  if instances.get(uuid)]
-        if events:
-            # Sent after the RPC's answer, joined with others: a conductor
-            # that dies in between leaves Nova waiting for these.
-            LOG.debug('Nova events queued for accelerator request(s) %s.',
-                      ', '.join(e.arq_uuid for e in events))
-            self._events.submit(events)
-
-    def _post_events(self, lists: list[list[nova_client.BindEvent]]
-                     ) -> list[nova_client.EventsOutcome | Exception]:
-        """The events of binds that ended at the same time, in one POST
-        (Nova's API takes a list): the POST costs the conductor and Nova
-        more than the events in it."""
-        outcome = self.nova.send_bound_events(
-            [event for events in lists for event in events])
-        return [outcome] * len(lists)
-
     def fail_stale_binds(self) -> None:
         """Finish what a stopped conductor left: binds BindStarted for
         longer than the bind timeout (with a margin for the work in
@@ -504,7 +474,7 @@ class Binder:
             LOG.warning('Accelerator request(s) %s were binding for longer '
                         'than [conductor] bind_timeout; they failed.',
                         ', '.join(sorted(ended)))
-            self._notify(ended, {u: i for u, (i, _) in stale.items()})
+            self.events.notify(ended, {u: i for u, (i, _) in stale.items()})
             self._announce_binds(context, ended, dict.fromkeys(ended, STALE))
         for uuid in deployables.end_stale_programming(context, cutoff):
             LOG.warning('Deployable %s was being programmed for longer than '
