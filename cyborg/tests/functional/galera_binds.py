@@ -57,21 +57,18 @@ class Outcome:
                    if state not in ENDED)
 
 
+@dataclasses.dataclass
 class Deployment:
     """The conductors on the cluster's nodes, and a client of theirs."""
 
-    def __init__(self, cluster: galera.Cluster, stack: gate_stack.Stack,
-                 nova: fake_nova.FakeNova, conductor: rpcapi.ConductorAPI,
-                 database: str, rp_uuids: list[str], uuids: list[str],
-                 metrics_ports: list[int]) -> None:
-        self.cluster = cluster
-        self.stack = stack
-        self.nova = nova
-        self.conductor = conductor
-        self.database = database
-        self.rp_uuids = rp_uuids
-        self.uuids = uuids
-        self.metrics_ports = metrics_ports
+    cluster: galera.Cluster
+    stack: gate_stack.Stack
+    nova: fake_nova.FakeNova
+    conductor: rpcapi.ConductorAPI
+    database: str
+    rp_uuids: list[str]
+    uuids: list[str]
+    metrics_ports: list[int]
 
     def bind(self, clients: int, batch: int = 1) -> bind_load.Load:
         """Bind every request, ``batch`` to a PATCH, from ``clients``
