@@ -38,6 +38,7 @@ from cyborg.common import notifications
 from cyborg.conductor import bind_events
 from cyborg.conductor import metrics as conductor_metrics
 from cyborg.conductor import nova_client
+from cyborg.db.api import arq_batches
 from cyborg.db.api import arq_bindings
 from cyborg.db.api import arqs
 from cyborg.db.api import attach_handles
@@ -123,14 +124,14 @@ class Binder:
         return batch
 
     def apply_patches(self, context: cyborg_context.RequestContext,
-                      patches: list[arq_bindings.Patch]
-                      ) -> list[arq_bindings.Result]:
+                      patches: list[arq_batches.Patch]
+                      ) -> list[arq_batches.Result]:
         """``apply_patch`` for several PATCHes at once: one transaction
-        (see ``arq_bindings.apply_patches``) and one POST to Nova for the
+        (see ``arq_batches.apply_patches``) and one POST to Nova for the
         binds that ended in all of them. One result each, in order."""
         started = time.monotonic()
         before = [self._requests(context, p.unbinds) for p in patches]
-        results = arq_bindings.apply_patches(
+        results = arq_batches.apply_patches(
             context, patches, find_bitstream=functools.cache(
                 self._find_bitstream))
         whole = self._after_many(context, results, before,
@@ -140,19 +141,19 @@ class Binder:
         return results
 
     def delete_many(self, context: cyborg_context.RequestContext,
-                    deletes: list[arq_bindings.Delete]
-                    ) -> list[arq_bindings.Result]:
+                    deletes: list[arq_batches.Delete]
+                    ) -> list[arq_batches.Result]:
         """``delete`` for several DELETEs at once, in one transaction (see
-        ``arq_bindings.delete_many``). One result each, in order."""
+        ``arq_batches.delete_many``). One result each, in order."""
         before = [self._requests(context, d.uuids, d.instance_uuid)
                   for d in deletes]
-        results = arq_bindings.delete_many(context, deletes)
+        results = arq_batches.delete_many(context, deletes)
         self._after_many(context, results, before,
                          self.notifier.arq_delete)
         return results
 
     def _after_many(self, context: cyborg_context.RequestContext,
-                    results: list[arq_bindings.Result],
+                    results: list[arq_batches.Result],
                     before: list[dict[str, dict[str, Any]]],
                     send: Callable[[cyborg_context.RequestContext,
                                     dict[str, Any]], None],

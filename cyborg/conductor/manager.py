@@ -19,7 +19,7 @@ from cyborg.conductor import host_drivers
 from cyborg.conductor import layouts
 from cyborg.conductor import placement_sync
 from cyborg.conductor import reports
-from cyborg.db.api import arq_bindings
+from cyborg.db.api import arq_batches
 from cyborg.db.api import arqs
 from cyborg.db.api import attach_handles
 from cyborg.db.api import attributes
@@ -251,8 +251,8 @@ class ConductorManager:
         fails the call, and so all of them.
         """
         return _answers(patches, self.binder.apply_patches(context, [
-            arq_bindings.Patch(p['binds'], p['unbinds'],
-                               bool(p.get('live'))) for p in patches]))
+            arq_batches.Patch(p['binds'], p['unbinds'],
+                              bool(p.get('live'))) for p in patches]))
 
     @messaging.expected_exceptions(exception.CyborgException)
     def arq_delete_many(self, context: cyborg_context.RequestContext,
@@ -262,8 +262,8 @@ class ConductorManager:
         of ``deletes`` is ``{"uuids", "instance_uuid", "project_id",
         "request_id"}``; answered as ``arq_apply_patches``."""
         return _answers(deletes, self.binder.delete_many(context, [
-            arq_bindings.Delete(d.get('uuids'), d.get('instance_uuid'),
-                                d.get('project_id')) for d in deletes]))
+            arq_batches.Delete(d.get('uuids'), d.get('instance_uuid'),
+                               d.get('project_id')) for d in deletes]))
 
     @messaging.expected_exceptions(exception.CyborgException)
     def arq_delete(self, context: cyborg_context.RequestContext,

@@ -293,86 +293,13 @@ def apply_patch(context: cyborg_context.RequestContext,
                 binds: dict[str, dict[str, Any]], unbinds: list[str],
                 find_bitstream: Callable[[str], str] | None = None,
                 live: bool = False) -> BindBatch:
-    """Bind and unbind in one transaction (see ``_apply``)."""
-    return _apply(context.session, binds, unbinds, find_bitstream, live)
+    """Bind and unbind in one transaction (see ``apply_in``)."""
+    return apply_in(context.session, binds, unbinds, find_bitstream, live)
 
 
-class Patch(typing.NamedTuple):
-    """One PATCH of a batch: what ``apply_patch`` takes."""
-
-    binds: dict[str, dict[str, Any]]
-    unbinds: list[str]
-    live: bool = False
-
-
-class Delete(typing.NamedTuple):
-    """One DELETE of a batch: what ``delete`` takes, and with an instance
-    a project, whose requests of the instance alone go (None: every
-    project's)."""
-
-    uuids: list[str] | None = None
-    instance_uuid: str | None = None
-    project_id: str | None = None
-
-
-Item = typing.TypeVar('Item')
-Result = BindBatch | exception.CyborgException
-
-
-def _batched(context: cyborg_context.RequestContext, items: list[Item],
-             one: Callable[[sa.orm.Session, Item], BindBatch]
-             ) -> list[Result]:
-    """``one`` for each of several HTTP requests' items; one result each,
-    in order: what it did, or the CyborgException that refused it alone.
-
-    All of them go in one transaction, as if applied one after the other.
-    When one is refused, that transaction is rolled back and each is
-    applied again in a transaction of its own, so that the others are
-    answered exactly as if they had come alone: a refusal is rare (Nova
-    sends what it created), so the usual batch pays one commit.
-    """
-    if len(items) > 1:
-        try:
-            return list(_together(context, items, one))
-        except exception.CyborgException as exc:
-            LOG.debug('An item of a batch of %d was refused (%s); applying '
-                      'each on its own.', len(items), exc)
-    results: list[Result] = []
-    for item in items:
-        try:
-            results.append(_together(context, [item], one)[0])
-        except exception.CyborgException as exc:
-            results.append(exc)
-    return results
-
-
-@retry_on_deadlock
-@writer
-def _together(context: cyborg_context.RequestContext, items: list[Item],
-              one: Callable[[sa.orm.Session, Item], BindBatch]
-              ) -> list[BindBatch]:
-    return [one(context.session, item) for item in items]
-
-
-def apply_patches(context: cyborg_context.RequestContext,
-                  patches: list[Patch],
-                  find_bitstream: Callable[[str], str] | None = None
-                  ) -> list[Result]:
-    """``apply_patch`` for each of several PATCHes (see ``_batched``)."""
-    return _batched(context, patches, lambda session, p: _apply(
-        session, p.binds, p.unbinds, find_bitstream, p.live))
-
-
-def delete_many(context: cyborg_context.RequestContext,
-                deletes: list[Delete]) -> list[Result]:
-    """``delete`` for each of several DELETEs (see ``_batched``)."""
-    return _batched(context, deletes, lambda session, d: _delete(
-        session, d.uuids, d.instance_uuid, d.project_id))
-
-
-def _apply(session: sa.orm.Session, binds: dict[str, dict[str, Any]],
-           unbinds: list[str], find_bitstream: Callable[[str], str] | None,
-           live: bool) -> BindBatch:
+def apply_in(session: sa.orm.Session, binds: dict[str, dict[str, Any]],
+             unbinds: list[str], find_bitstream: Callable[[str], str] | None,
+             live: bool) -> BindBatch:
     """Bind and unbind, in the caller's transaction.
 
     A bind whose resource provider has no deployable on that host, whose
@@ -464,12 +391,12 @@ def delete(context: cyborg_context.RequestContext,
     by instance, none is fine. Both given: those of ``uuids`` still bound
     to the instance (one project's, see ``ConductorManager.arq_delete``).
     """
-    return _delete(context.session, uuids, instance_uuid)
+    return delete_in(context.session, uuids, instance_uuid)
 
 
-def _delete(session: sa.orm.Session, uuids: list[str] | None,
-            instance_uuid: str | None, project_id: str | None = None
-            ) -> BindBatch:
+def delete_in(session: sa.orm.Session, uuids: list[str] | None,
+              instance_uuid: str | None, project_id: str | None = None
+              ) -> BindBatch:
     """``delete`` in the caller's transaction; by instance with
     ``project_id``, that project's requests of the instance only."""
     where: list[sa.ColumnElement[bool]] = []

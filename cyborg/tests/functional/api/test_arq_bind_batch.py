@@ -13,6 +13,7 @@ from cyborg import context as cyborg_context
 from cyborg.common import exception
 from cyborg.conductor import rpcapi
 from cyborg.db import models
+from cyborg.db.api import arq_batches
 from cyborg.db.api import arq_bindings
 from cyborg.db.api import arqs
 from cyborg.tests.fakes.fixtures import nova_conf
@@ -148,25 +149,25 @@ def test_one_transaction_for_the_batch(seeded, monkeypatch):
     api, rp_uuid, created = seeded
     ctx = cyborg_context.get_admin_context()
     applied: list[int] = []
-    together = arq_bindings._together
+    together = arq_batches._together
 
     def counted(context, items, one):
         applied.append(len(items))
         return together(context, items, one)
 
-    monkeypatch.setattr(arq_bindings, '_together', counted)
-    good = [arq_bindings.Patch(
+    monkeypatch.setattr(arq_batches, '_together', counted)
+    good = [arq_batches.Patch(
         {u: _binding('cmp1', rp_uuid, str(uuid.uuid4()))}, [])
         for u in created[:2]]
-    results = arq_bindings.apply_patches(ctx, good)
+    results = arq_batches.apply_patches(ctx, good)
     assert [r.states for r in results] == [
         {created[0]: 'Bound'}, {created[1]: 'Bound'}]
     assert applied == [2]
     # An unbind of one, with a PATCH naming nothing that exists.
-    refused = arq_bindings.Patch({str(uuid.uuid4()): _binding(
+    refused = arq_batches.Patch({str(uuid.uuid4()): _binding(
         'cmp1', rp_uuid, str(uuid.uuid4()))}, [])
-    results = arq_bindings.apply_patches(
-        ctx, [arq_bindings.Patch({}, [created[0]]), refused])
+    results = arq_batches.apply_patches(
+        ctx, [arq_batches.Patch({}, [created[0]]), refused])
     assert results[0].states == {created[0]: 'Unbound'}
     assert isinstance(results[1], exception.ARQNotFound)
     # The batch, then each alone.
