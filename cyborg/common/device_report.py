@@ -31,17 +31,18 @@ LAYOUT_STATES = ('pending', 'applying', 'applied', 'failed')
 # An attach handle being cleaned after use, or held after a failed clean.
 CLEAN_STATES = ('cleaning', 'maintenance')
 # The attach-info key, and its value, of an MDEV attach handle whose mdev
-# nova-compute creates and removes itself (``[gpu_devices] mdev_creator``
-# and ``[generic_pci] mdev_creator`` set to ``nova``): its binds need no
-# agent, and nothing of it is left on the host once released.
+# nova-compute creates itself (``[gpu_devices] mdev_creator`` and
+# ``[generic_pci] mdev_creator`` set to ``nova``): its binds need no agent.
+# Nova 34 never removes such an mdev; it reuses it for the handle's next
+# instance, so cyborg leaves it alone too.
 MDEV_CREATOR = 'mdev_creator'
 NOVA_CREATES = 'nova'
 
 
 def nova_creates_mdev(attach_type: str, attach_info: dict[str, Any]
                       ) -> bool:
-    """Whether nova-compute, not cyborg, creates and removes the mdev of
-    this attach handle."""
+    """Whether nova-compute, not cyborg, creates the mdev of this attach
+    handle (and cyborg never removes it)."""
     return (attach_type == 'MDEV'
             and attach_info.get(MDEV_CREATOR) == NOVA_CREATES)
 

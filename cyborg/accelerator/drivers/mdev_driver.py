@@ -99,8 +99,8 @@ class MdevDriver(PciDriver):
 
     @property
     def nova_creates(self) -> bool:
-        """Whether nova-compute creates and removes the mdevs
-        (``[<conf_group>] mdev_creator = nova``)."""
+        """Whether nova-compute creates the mdevs, which cyborg then
+        never removes (``[<conf_group>] mdev_creator = nova``)."""
         return (self.conf_group is not None
                 and self.conf[self.conf_group].mdev_creator
                 == mdev_conf.NOVA)
@@ -300,8 +300,8 @@ class MdevDriver(PciDriver):
                 action=action, device=str(attach_info), reason=reason)
 
         if device_report.nova_creates_mdev('MDEV', attach_info):
-            raise fail('nova-compute creates and removes the mdevs of this '
-                       'attach handle')
+            raise fail('nova-compute creates the mdevs of this attach '
+                       'handle; cyborg does not manage them')
         try:
             address = '{domain}:{bus}:{device}.{function}'.format(
                 **attach_info).lower()

@@ -129,7 +129,7 @@ def take(session: sa.orm.Session, deployable_id: int
 def instant(attach_type: str, attach_info: str | dict[str, Any]) -> bool:
     """Whether a handle is bound by handing it out alone, and free again
     as soon as its request lets go of it: one of ``INSTANT_TYPES``, or an
-    mdev nova-compute creates and removes itself. ``attach_info`` as
+    mdev nova-compute creates itself. ``attach_info`` as
     stored (JSON) or read."""
     if attach_type in INSTANT_TYPES:
         return True

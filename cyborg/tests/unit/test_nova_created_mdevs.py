@@ -169,7 +169,7 @@ def test_the_driver_never_creates_removes_or_cleans_novas_mdevs(
     handle = _deployable(driver, T4).attach_handles[0]
     for method in (driver.create_mdev, driver.remove_mdev):
         with pytest.raises(exception.DeviceActionError,
-                           match='nova-compute creates and removes'):
+                           match='nova-compute creates the mdevs'):
             method(handle.attach_info, NOVA_MDEV)
     _nova_creates(tree, kernel, handle, NOVA_MDEV)
     driver.clean(device_report.DriverAttachHandle(
@@ -209,7 +209,7 @@ def test_the_agent_leaves_novas_mdevs_alone_at_start(
     # agent records nothing to restore.
     with pytest.raises(messaging.ExpectedException) as raised:
         agent.create_mdev(ctx, 'nvidia_gpu', handle.attach_info, NOVA_MDEV)
-    assert 'nova-compute creates and removes' in str(raised.value.exc_info[1])
+    assert 'nova-compute creates the mdevs' in str(raised.value.exc_info[1])
     assert cache.mdevs == {}
     _nova_creates(tree, kernel, handle, NOVA_MDEV)
     assert agent.restore_mdevs() == 0
