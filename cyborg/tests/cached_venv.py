@@ -41,6 +41,15 @@ def site_packages(path: pathlib.Path) -> pathlib.Path:
     return path / 'lib' / version / 'site-packages'
 
 
+def env() -> dict[str, str]:
+    """The caller's environment for the commands of an environment of
+    its own, without what would point their Python elsewhere: a
+    PYTHONPATH naming the source tree would make them import this cyborg
+    instead of the one installed there."""
+    return {name: value for name, value in os.environ.items()
+            if not name.startswith('PYTHON') and name != 'VIRTUAL_ENV'}
+
+
 def _works(path: pathlib.Path, imports: str) -> bool:
     """Whether the environment at ``path`` was finished and imports
     ``imports`` (a comma-separated list of modules)."""

@@ -91,8 +91,8 @@ def run_dbsync(database_url: str, workdir: pathlib.Path,
     conf = write_config(workdir, database_url)
     return subprocess.run(
         [str(venv() / 'bin' / 'cyborg-dbsync'), '--config-file', str(conf),
-         *args], capture_output=True, text=True, timeout=DBSYNC_TIMEOUT,
-        check=False)
+         *args], env=cached_venv.env(), capture_output=True, text=True,
+        timeout=DBSYNC_TIMEOUT, check=False)
 
 
 def dbsync(database_url: str, workdir: pathlib.Path,
