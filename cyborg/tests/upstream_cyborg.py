@@ -1,33 +1,25 @@
 """Databases made by the real upstream OpenStack Cyborg 17.0.0, for tests.
 
 ``venv()`` installs ``openstack-cyborg`` from PyPI into a virtual
-environment of its own, once per machine, under the user's cache
-directory (``$XDG_CACHE_HOME/cyborg-tests``); pytest workers asking at once
-wait on a file lock, and an environment that was not finished or no
-longer imports upstream is built again. ``dbsync`` runs upstream's own
-migrations on a database (to head, or to an older revision); ``migrate``
-does the same on PostgreSQL too, where upstream's migrations cannot get
-to head alone (see POSTGRESQL_LAST); ``schema`` and ``copy_schema`` give
-an empty database upstream's schema at its head. ``upstream_fill`` runs
-upstream's services in that environment.
+environment of its own, once per machine (``cached_venv``). ``dbsync``
+runs upstream's own migrations on a database (to head, or to an older
+revision); ``migrate`` does the same on PostgreSQL too, where upstream's
+migrations cannot get to head alone (see POSTGRESQL_LAST); ``schema``
+and ``copy_schema`` give an empty database upstream's schema at its head.
+``upstream_fill`` runs upstream's services in that environment.
 
 Where the environment cannot be built (no registry), the caller is
-skipped, or failed under CYBORG_TEST_REQUIRE_SERVICES=1
-(``conftest.unavailable``).
+skipped, or failed under CYBORG_TEST_REQUIRE_SERVICES=1.
 """
-import fcntl
-import os
 import pathlib
 import shutil
 import subprocess
-import sys
-import time
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from cyborg.tests.conftest import unavailable
+from cyborg.tests import cached_venv
 from cyborg.tests.functional import gate_stack
 
 VERSION = '17.0.0'
@@ -57,16 +49,8 @@ POSTGRESQL_MISSING_LABELS = {
 # left at SQLITE_LAST.
 SQLITE_LAST = 'ede4e3f1a232'
 REQUIREMENTS = (f'openstack-cyborg=={VERSION}', 'pymysql', 'psycopg2-binary')
-# The file a finished build leaves in the environment.
-COMPLETE = 'cyborg-tests-complete'
-# Seconds for building the environment (43 s here with nothing in pip's
-# cache, 17 s with its downloads there), for a dbsync, for a service to
-# come up, and for a bind to be resolved.
-BUILD_TIMEOUT = 900
+# Seconds for a dbsync.
 DBSYNC_TIMEOUT = 120
-def cache_dir() -> pathlib.Path:
-    base = os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache')
-    return pathlib.Path(base) / 'cyborg-tests'
 
 
 @pytest.fixture(scope='session')
@@ -76,60 +60,14 @@ def upstream_venv() -> pathlib.Path:
 
 
 def venv_path() -> pathlib.Path:
-    return cache_dir() / f'openstack-cyborg-{VERSION}'
-
-
-def _works(path: pathlib.Path) -> bool:
-    """Whether the environment at ``path`` has upstream's commands and
-    database drivers."""
-    python = path / 'bin' / 'python'
-    if not (path / COMPLETE).exists() or not python.exists():
-        return False
-    check = subprocess.run(
-        [str(python), '-c', 'import cyborg.cmd.dbsync, pymysql, psycopg2'],
-        capture_output=True, timeout=120, check=False)
-    return check.returncode == 0
+    return cached_venv.cache_dir() / f'openstack-cyborg-{VERSION}'
 
 
 def venv() -> pathlib.Path:
     """The environment with upstream installed, built on first use."""
-    path = venv_path()
-    if _works(path):
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.parent / f'{path.name}.lock', 'a') as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if not _works(path):
-                _build(path)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-    return path
-
-
-def _build(path: pathlib.Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
-    log = path.with_name(path.name + '.log')
-    started = time.monotonic()
-    with open(log, 'w') as out:
-        for argv in ([sys.executable, '-m', 'venv', str(path)],
-                     [str(path / 'bin' / 'python'), '-m', 'pip', 'install',
-                      '-q', *REQUIREMENTS]):
-            try:
-                done = subprocess.run(argv, stdout=out,
-                                      stderr=subprocess.STDOUT,
-                                      timeout=BUILD_TIMEOUT, check=False)
-            except subprocess.TimeoutExpired:
-                unavailable(f'openstack-cyborg {VERSION}',
-                            f'{" ".join(argv[:4])} ... took over '
-                            f'{BUILD_TIMEOUT} s, see {log}')
-            if done.returncode != 0:
-                unavailable(f'openstack-cyborg {VERSION}',
-                            f'{" ".join(argv[:4])} ... failed: '
-                            f'{log.read_text(errors="replace")[-800:]}')
-        out.write(f'built in {time.monotonic() - started:.0f} s\n')
-    # Written last: an interrupted build has none and is built again.
-    (path / COMPLETE).write_text(' '.join(REQUIREMENTS) + '\n')
+    return cached_venv.ensure(venv_path(), REQUIREMENTS,
+                              'cyborg.cmd.dbsync, pymysql, psycopg2',
+                              f'openstack-cyborg {VERSION}')
 
 
 def write_config(workdir: pathlib.Path, database_url: str,
@@ -153,8 +91,8 @@ def run_dbsync(database_url: str, workdir: pathlib.Path,
     conf = write_config(workdir, database_url)
     return subprocess.run(
         [str(venv() / 'bin' / 'cyborg-dbsync'), '--config-file', str(conf),
-         *args], capture_output=True, text=True, timeout=DBSYNC_TIMEOUT,
-        check=False)
+         *args], env=cached_venv.env(), capture_output=True, text=True,
+        timeout=DBSYNC_TIMEOUT, check=False)
 
 
 def dbsync(database_url: str, workdir: pathlib.Path,

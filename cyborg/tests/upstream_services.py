@@ -21,6 +21,7 @@ from typing import Any
 
 import requests
 
+from cyborg.tests import cached_venv
 from cyborg.tests import upstream_cyborg
 from cyborg.tests.fakes import nova
 from cyborg.tests.functional import gate_stack
@@ -113,6 +114,8 @@ class Upstream:
                 argv[kind] + ['--config-file', str(self.conf)],
                 workdir / f'{kind}.log', cwd=workdir)
             for kind in ('conductor', 'api', 'agent')]
+        for process in self.processes:
+            process.env = dict(cached_venv.env(), PYTHONUNBUFFERED='1')
         self.session = requests.Session()
         self.session.headers.update(API_HEADERS)
 
