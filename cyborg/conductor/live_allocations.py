@@ -329,7 +329,10 @@ class LiveAllocations:
             raise exception.Conflict(
                 reason=describe(instance, found, by_provider)) from exc
         except exception.PlacementError as exc:
-            if placement_client.is_away(exc):
+            status = exc.kwargs.get('status')
+            if placement_client.is_away(exc) or not (
+                    isinstance(status, int) and status < 500):
+                # Placement's own failure, not the caller's request.
                 raise exception.ServiceUnavailable(
                     reason='cyborg cannot reach placement to allocate the '
                            'accelerators of a live attach; retry later.'

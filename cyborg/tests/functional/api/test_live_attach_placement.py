@@ -6,16 +6,22 @@ placement has no room on is a 409 with nothing bound.
 The compute node has two fake FPGAs of one accelerator each: each device
 provider has a total of 1. The instance's first request is bound as Nova
 binds it at boot (no microversion), after an allocation written as
-nova-scheduler writes it.
+nova-scheduler writes it. The database is each of SQLite, MariaDB and
+PostgreSQL; placement's is SQLite.
 """
+import concurrent.futures
+import contextlib
 import json
 import logging
+import threading
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from cyborg import context as cyborg_context
+from cyborg.common import exception
+from cyborg.tests import conftest
 from cyborg.tests import placement_server
 from cyborg.tests.functional.api import fixtures
 from cyborg.tests.functional.api.fixtures import ADMIN
@@ -136,11 +142,11 @@ class Cloud:
 
 
 @pytest.fixture
-def placed_api(conf, placement_url, sqlite_engine
-               ) -> Iterator[fixtures.API]:
-    """The API whose conductor writes to a real placement."""
+def placed_api(conf, placement_url, db_engine) -> Iterator[fixtures.API]:
+    """The API whose conductor writes to a real placement, on SQLite,
+    MariaDB and PostgreSQL."""
     placement_server.point_at(conf, placement_url)
-    yield from fixtures._api(conf, sqlite_engine)
+    yield from fixtures._api(conf, db_engine)
 
 
 @pytest.fixture
@@ -370,6 +376,62 @@ def test_live_patches_batched_in_one_call_are_each_allocated_alone(
     assert cloud.bound() == [1, 0, 1]
     assert cloud.usages() == [1, 1, 1]
     assert cloud.held(booting) == {cloud.rps[1]: {'FPGA': 1}}
+
+
+@pytest.fixture
+def concurrent_placement_url(tmp_path) -> Iterator[str]:
+    """A placement of its own on PostgreSQL, which takes concurrent
+    writes (the shared one's SQLite answers "database is locked")."""
+    database = contextlib.contextmanager(conftest.empty_database_url)
+    (tmp_path / 'placement').mkdir()
+    with database('postgresql', tmp_path / 'placement') as url, \
+            placement_server.serve(tmp_path / 'placement', url) as served:
+        yield served
+
+
+@pytest.fixture
+def concurrent_api(conf, concurrent_placement_url, db_engine
+                   ) -> Iterator[fixtures.API]:
+    placement_server.point_at(conf, concurrent_placement_url)
+    yield from fixtures._api(conf, db_engine)
+
+
+@pytest.mark.parametrize('backend', ['mysql'], indirect=True)
+def test_two_instances_attaching_the_last_device_at_once(
+        concurrent_api, concurrent_placement_url):
+    """Placement lets one of two concurrent live attaches have the last
+    unit; the other is a 409 and binds nothing."""
+    cloud = Cloud(concurrent_api, placement_server.Placement(
+        concurrent_placement_url))
+    instances = [str(uuid.uuid4()), str(uuid.uuid4())]
+    cloud.boot(instances[0], cloud.rps[0])
+    # The second instance runs with nothing of this node (its first
+    # accelerator, attached live).
+    requests = [cloud.create(), cloud.create()]
+    start = threading.Barrier(2)
+
+    def attach(arq, instance):
+        start.wait(10)
+        try:
+            cloud.conductor.binder.apply_patch(
+                cyborg_context.get_admin_context(),
+                {arq: {'hostname': cloud.node['name'],
+                       'device_rp_uuid': cloud.rps[1],
+                       'instance_uuid': instance}}, [], live=True)
+        except exception.Conflict as exc:
+            return exc
+        return None
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(attach, requests, instances))
+    [refused] = [a for a in answers if a is not None]
+    assert f'resource provider {cloud.rps[1]} has 0 FPGA free' in str(
+        refused)
+    states = [cloud.show(a)['state'] for a in requests]
+    assert sorted(states) == ['Bound', 'Initial']
+    assert cloud.usages() == cloud.bound() == [1, 1]
+    winner = instances[states.index('Bound')]
+    assert cloud.held(winner)[cloud.rps[1]] == {'FPGA': 1}
 
 
 @pytest.fixture
