@@ -176,6 +176,8 @@ class LiveAllocations:
     def stop(self) -> None:
         self.later.stop()
 
+    # PATCHes, around their transactions
+
     def apply_patches(
             self, context: cyborg_context.RequestContext,
             patches: list[arq_batches.Patch],
@@ -256,7 +258,7 @@ class LiveAllocations:
                         if job.get('allocated')
                         and ended.get(job['arq_uuid']) == 'BindFailed'})
 
-    # Binds
+    # Binds, before their transaction
 
     def attach(self, context: cyborg_context.RequestContext,
                binds: dict[str, dict[str, Any]]) -> dict[str, Attached]:
@@ -342,7 +344,7 @@ class LiveAllocations:
                        f'placement refused the allocation '
                        f'({exc.kwargs.get("detail")}).') from exc
 
-    # Unbinds
+    # Removals
 
     def remove(self, instance: str, delta: Resources) -> bool:
         """Take ``delta`` out of the instance's allocation; False when
