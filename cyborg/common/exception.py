@@ -171,6 +171,11 @@ class PlacementProviderInUse(PlacementError):
     """The provider (or an inventory) still has allocations."""
 
 
+class PlacementNoRoom(PlacementError):
+    """An allocation asks a provider for more than it has free, or for a
+    resource class it has no inventory of."""
+
+
 class ComputeNodeNotFound(NotFound):
     msg_fmt = ('No compute node resource provider named %(hostname)s in '
                'placement yet.')

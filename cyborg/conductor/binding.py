@@ -36,6 +36,7 @@ from cyborg.common import exception
 from cyborg.common import glance_client
 from cyborg.common import notifications
 from cyborg.conductor import bind_events
+from cyborg.conductor import live_allocations
 from cyborg.conductor import metrics as conductor_metrics
 from cyborg.conductor import nova_client
 from cyborg.db.api import arq_batches
@@ -74,8 +75,13 @@ class Binder:
     def __init__(self, conf: cfg.ConfigOpts,
                  agent_api: agent_rpcapi.AgentAPI | None = None,
                  nova: nova_client.NovaClient | None = None,
-                 glance: glance_client.GlanceClient | None = None) -> None:
+                 glance: glance_client.GlanceClient | None = None,
+                 allocations: live_allocations.LiveAllocations | None = None
+                 ) -> None:
         self.conf = conf
+        # Without placement, live binds make no allocation.
+        self.allocations = allocations or live_allocations.LiveAllocations(
+            conf, None)
         self._agent_api = agent_api
         self.nova = nova or nova_client.NovaClient(conf)
         self.glance = glance or glance_client.GlanceClient(conf)
@@ -99,6 +105,7 @@ class Binder:
 
     def stop(self) -> None:
         self.executor.shutdown(wait=True)
+        self.allocations.stop()
 
     @property
     def timeout(self) -> float:
@@ -113,9 +120,14 @@ class Binder:
         before = self._requests(context, unbinds)
         # One Glance look-up per function the PATCH names, however many
         # of its requests name it, and on a deadlock's retry too.
-        batch = arq_bindings.apply_patch(
-            context, binds, unbinds,
-            find_bitstream=functools.cache(self._find_bitstream), live=live)
+        find_bitstream = functools.cache(self._find_bitstream)
+        [batch] = self.allocations.apply_patches(context, [
+            arq_batches.Patch(binds, unbinds, live)], lambda todo: [
+                arq_bindings.apply_patch(context, binds, unbinds,
+                                         find_bitstream=find_bitstream,
+                                         live=live) for _ in todo])
+        if isinstance(batch, exception.CyborgException):
+            raise batch
         self.bind_durations.observe(batch.resolved, started)
         self._after(batch, started)
         self._announce(context, self.notifier.arq_unbind, before,
@@ -131,9 +143,10 @@ class Binder:
         binds that ended in all of them. One result each, in order."""
         started = time.monotonic()
         before = [self._requests(context, p.unbinds) for p in patches]
-        results = arq_batches.apply_patches(
-            context, patches, find_bitstream=functools.cache(
-                self._find_bitstream))
+        find_bitstream = functools.cache(self._find_bitstream)
+        results = self.allocations.apply_patches(
+            context, patches, lambda todo: arq_batches.apply_patches(
+                context, todo, find_bitstream=find_bitstream))
         whole = self._after_many(context, results, before,
                                  self.notifier.arq_unbind, started)
         self.bind_durations.observe(whole.resolved, started)
@@ -364,6 +377,7 @@ class Binder:
             return
         for uuid, state in ended.items():
             LOG.info('Accelerator request %s is %s.', uuid, state)
+        self.allocations.failed(jobs, ended)
         if started is not None:
             self.bind_durations.observe(ended, started)
         # What was made for a bind that failed, or whose ARQ was unbound

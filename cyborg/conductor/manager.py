@@ -17,6 +17,7 @@ from cyborg.conductor import cleaning
 from cyborg.conductor import heartbeats
 from cyborg.conductor import host_drivers
 from cyborg.conductor import layouts
+from cyborg.conductor import live_allocations
 from cyborg.conductor import placement_sync
 from cyborg.conductor import reports
 from cyborg.db.api import arq_batches
@@ -102,7 +103,9 @@ class ConductorManager:
         if placement is None and placement_configured(conf):
             placement = placement_sync.PlacementSync(conf)
         self.placement = placement
-        self.binder = binder or binding.Binder(conf)
+        self.binder = binder or binding.Binder(
+            conf, allocations=None if placement is None else
+            live_allocations.LiveAllocations(conf, placement.client))
         self.cleaner = cleaning.Cleaner(conf, self.binder,
                                         self.sync_placement)
         self.binder.clean = self.cleaner.start

@@ -31,6 +31,11 @@ MV_TRAITS = '1.23'      # error codes
 MV_INVENTORY = '1.26'   # reserved may equal total (a disabled device)
 MV_DELETE = '1.23'      # error codes tell "in use" from "has children"
 MV_CLASSES = '1.23'
+# consumer_generation, project_id and user_id in a consumer's allocations;
+# an empty PUT deletes them. Below 1.38, so an existing consumer keeps
+# the consumer_type Nova gave it.
+MV_ALLOCATIONS = '1.28'
+MV_USAGES = '1.23'
 
 CONCURRENT_UPDATE = 'placement.concurrent_update'
 INVENTORY_IN_USE = 'placement.inventory.inuse'
@@ -124,6 +129,11 @@ class PlacementClient:
         elif response.status_code == 409 and code in (INVENTORY_IN_USE,
                                                       PROVIDER_IN_USE):
             kind = exception.PlacementProviderInUse
+        elif response.status_code == 409 and method == 'PUT' \
+                and url.startswith('/allocations/'):
+            # Placement gives capacity and missing-inventory refusals of
+            # an allocation no code of their own (placement.undefined_code).
+            kind = exception.PlacementNoRoom
         raise kind(method=method, url=url, status=response.status_code,
                    error_code=code, detail=detail,
                    away=response.status_code in GATEWAY_ERRORS)
@@ -254,6 +264,34 @@ class PlacementClient:
                 'PUT', f'/resource_providers/{uuid}/traits', MV_TRAITS,
                 (200,), json={'resource_provider_generation': g,
                               'traits': sorted(traits)}))
+
+    # A consumer's allocations, guarded by its generation
+
+    def get_allocations(self, consumer: str) -> dict[str, Any]:
+        """The consumer's allocations, its generation (None when it holds
+        nothing), project and user."""
+        return self._request('GET', f'/allocations/{consumer}',
+                             MV_ALLOCATIONS, (200,))
+
+    def put_allocations(self, consumer: str,
+                        allocations: dict[str, dict[str, int]],
+                        generation: int | None, project_id: str,
+                        user_id: str) -> None:
+        """Replace the consumer's allocations (provider uuid -> resource
+        class -> amount) if its generation is still ``generation``;
+        PlacementGenerationConflict otherwise, PlacementNoRoom when a
+        provider cannot take what is asked of it."""
+        self._request(
+            'PUT', f'/allocations/{consumer}', MV_ALLOCATIONS, (204,),
+            json={'allocations': {rp: {'resources': resources}
+                                  for rp, resources in allocations.items()},
+                  'consumer_generation': generation,
+                  'project_id': project_id, 'user_id': user_id})
+
+    def get_usages(self, uuid: str) -> dict[str, int]:
+        """What is allocated from the provider, by resource class."""
+        return self._request('GET', f'/resource_providers/{uuid}/usages',
+                             MV_USAGES, (200,))['usages']
 
     def _guarded(self, uuid: str, generation: int | None,
                  read: Callable[[], int],

@@ -40,7 +40,9 @@ sync_opts = [
         min=0,
         help='How many times a placement write that failed because another '
              'writer changed the provider first (a generation conflict) is '
-             're-read and tried again before the pass gives up on it.'),
+             're-read and tried again before the pass gives up on it; the '
+             'same for the instance\'s allocation a live attach or detach '
+             '(microversion 2.9) writes, whose PATCH then answers 409.'),
 ]
 
 

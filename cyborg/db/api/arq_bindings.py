@@ -67,6 +67,9 @@ class BindBatch:
     # Attach handles (ids) given back that start cleaning after use (see
     # ``cleaning``): the caller cleans them once committed.
     cleaning: list[int] = dataclasses.field(default_factory=list)
+    # The ARQs unbound, as they were before (``Held``): a live detach
+    # takes their resources out of their instances' allocations.
+    unbound: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def merged(cls, batches: list['BindBatch']) -> 'BindBatch':
@@ -83,6 +86,7 @@ class BindBatch:
             whole.repeated.update(batch.repeated)
             whole.reasons.update(batch.reasons)
             whole.cleaning.extend(batch.cleaning)
+            whole.unbound.update(batch.unbound)
         return whole
 
     @property
@@ -347,6 +351,7 @@ def apply_in(session: sa.orm.Session, binds: dict[str, dict[str, Any]],
     for uuid in unbinds:
         _transition(session, uuid, UNBINDABLE, 'unbinding', UNBOUND)
         batch.states[uuid] = 'Unbound'
+        batch.unbound[uuid] = found[uuid]
         going.append(found[uuid])
     batch.released = attach_handles.release(session, going,
                                             cleaned=batch.cleaning)

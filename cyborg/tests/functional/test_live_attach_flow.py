@@ -103,6 +103,12 @@ def _providers(placement, root):
     return found if {'FPGA', PCI_RC} <= set(found) else None
 
 
+def _held(placement, instance):
+    """What the instance's allocation in placement holds."""
+    return {rp: found['resources'] for rp, found in placement.get(
+        f'/allocations/{instance}')['allocations'].items()}
+
+
 def _in_use(stack, handle):
     answer = requests.get(f'{stack.api_url}/attach_handles',
                           headers=_headers(), timeout=10)
@@ -187,6 +193,8 @@ def test_live_attach_and_detach_through_the_api(
         second_arq = api.bound(second)
         os_acc.attach(guest, [second_arq], guest=domain)
         both = {first, second}
+        # Each live bind was added to the instance's allocation.
+        assert _held(placement, instance) == {rps['FPGA']: {'FPGA': 2}}
         assert plugin.tablets(domain) == both
         assert plugin.tablets(domain, INACTIVE) == both
         assert first_arq['attach_handle_uuid'] != \
@@ -209,6 +217,7 @@ def test_live_attach_and_detach_through_the_api(
         assert plugin.tablets(domain, INACTIVE) == {second}
         assert api.show(first)['state'] == 'Unbound'
         assert api.show(second)['state'] == 'Bound'
+        assert _held(placement, instance) == {rps['FPGA']: {'FPGA': 1}}
         gate_stack.wait_for(
             lambda: not _in_use(stack, first_arq['attach_handle_uuid']),
             "the first request's handle to be free", 30, interval=0.5)
@@ -220,6 +229,8 @@ def test_live_attach_and_detach_through_the_api(
         for arq, rc in ((spare, 'FPGA'), (pci_request, PCI_RC)):
             assert api.bind(arq, instance, rc).status_code == 202
         resolved = [api.bound(spare), api.bound(pci_request)]
+        assert _held(placement, instance) == {rps['FPGA']: {'FPGA': 2},
+                                              rps[PCI_RC]: {PCI_RC: 1}}
         assert resolved[1]['attach_handle_type'] == 'PCI'
         with pytest.raises(exception.AttachFailed) as caught:
             os_acc.attach(guest, resolved, guest=domain)
