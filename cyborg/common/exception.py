@@ -106,6 +106,23 @@ class ARQBadState(Conflict):
                'one of: %(expected)s.')
 
 
+class BindRefused(Conflict):
+    """Binds that cannot be made with the devices as they are: the whole
+    PATCH is refused and nothing of it is written, so that its caller
+    (nova-conductor) gets the failure while it can still act on it."""
+
+    msg_fmt = ('Cannot bind accelerator request(s) %(uuids)s; nothing of '
+               'this PATCH was applied. %(reasons)s')
+
+    @classmethod
+    def of(cls, refusals: dict[str, str]) -> 'BindRefused':
+        """The refusal of a PATCH, from why each request cannot bind."""
+        return cls(uuids=', '.join(sorted(refusals)),
+                   reasons=' '.join(
+                       f'Accelerator request {uuid}: {why.rstrip(".")}.'
+                       for uuid, why in sorted(refusals.items())))
+
+
 class DuplicateDeviceProfileName(Conflict):
     msg_fmt = 'A device profile named %(name)s already exists.'
 
