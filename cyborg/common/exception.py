@@ -106,6 +106,30 @@ class ARQBadState(Conflict):
                'one of: %(expected)s.')
 
 
+class BindRefused(Conflict):
+    """Binds that cannot be made with the devices as they are: the whole
+    PATCH is refused and nothing of it is written, so that its caller
+    (nova-conductor) gets the failure while it can still act on it.
+
+    Nova's ``bind_arqs`` turns any answer that is not 2xx into
+    AcceleratorRequestBindingFailed, deletes the requests and fails the
+    build (or its reschedule) without looking at the code; 409 is the one
+    that says what happened: the PATCH is well formed, and the device,
+    its handles or the images are not in a state to serve it now.
+    """
+
+    msg_fmt = ('Cannot bind accelerator request(s) %(uuids)s; nothing of '
+               'this PATCH was applied. %(reasons)s')
+
+    @classmethod
+    def of(cls, refusals: dict[str, str]) -> 'BindRefused':
+        """The refusal of a PATCH, from why each request cannot bind."""
+        return cls(uuids=', '.join(sorted(refusals)),
+                   reasons=' '.join(
+                       f'Accelerator request {uuid}: {why.rstrip(".")}.'
+                       for uuid, why in sorted(refusals.items())))
+
+
 class DuplicateDeviceProfileName(Conflict):
     msg_fmt = 'A device profile named %(name)s already exists.'
 

@@ -28,19 +28,22 @@ class BindEvents:
         self._queue = coalesce.Coalescer(self._post, EVENTS_PER_POST)
 
     def notify(self, states: dict[str, str],
-               instances: dict[str, str]) -> None:
+               instances: dict[str, str]) -> nova_client.EventsOutcome:
         """Tell Nova the state each ARQ of ``states`` ended in, for its
-        instance in ``instances`` (ARQs without one are left out)."""
+        instance in ``instances`` (ARQs without one are left out); what
+        Nova answered (see ``nova_client.EventsOutcome``)."""
         events = [nova_client.BindEvent(instance_uuid=instances[uuid],
                                         arq_uuid=uuid, state=state)
                   for uuid, state in sorted(states.items())
                   if instances.get(uuid)]
-        if events:
-            # Sent after the RPC's answer, joined with others: a conductor
-            # that dies in between leaves Nova waiting for these.
-            LOG.debug('Nova events queued for accelerator request(s) %s.',
-                      ', '.join(e.arq_uuid for e in events))
-            self._queue.submit(events)
+        if not events:
+            return nova_client.EventsOutcome()
+        # Sent after the RPC's answer, joined with others: a conductor
+        # that dies in between leaves Nova waiting for a Bound one (a
+        # failure stays owed, see bind_failures).
+        LOG.debug('Nova events queued for accelerator request(s) %s.',
+                  ', '.join(e.arq_uuid for e in events))
+        return self._queue.submit(events)
 
     def _post(self, lists: list[list[nova_client.BindEvent]]
               ) -> list[nova_client.EventsOutcome | Exception]:

@@ -2,14 +2,15 @@
 
 A PATCH is applied in one transaction (``arq_bindings.apply_patch``): instant
 binds (PCI, TEST_PCI handles, and MDEV handles whose mdev nova-compute
-creates: ``attach_handles.instant``) end there, Bound or BindFailed. Binds that
-need the device's host (programming an FPGA, creating a vGPU) are left
-BindStarted; a worker thread asks the host's agent, within
-``[conductor] bind_timeout``, and ends them Bound or BindFailed. Each PATCH
-sends its instant results to Nova in one POST, and its background results
-in one more (``bind_events``, which joins those ended at once). Binds left
-BindStarted by a conductor that stopped are failed by
-``fail_stale_binds``.
+creates: ``attach_handles.instant``) end there, Bound; a bind that cannot be
+made refuses the whole PATCH, nothing written. Binds that need the device's
+host (programming an FPGA, creating a vGPU) are left BindStarted; a worker
+thread asks the host's agent, within ``[conductor] bind_timeout``, and ends
+them Bound, or failed: a failure stays BindStarted until Nova has taken its
+event (``bind_failures``). Each PATCH sends its instant results to Nova in
+one POST, and its background results in one more (``bind_events``, which
+joins those ended at once). Binds left BindStarted by a conductor that
+stopped are failed by ``fail_stale_binds``.
 
 An unbind or delete never waits for a host: it is committed at once, and
 what the requests held there (an mdev) is removed by a worker, or, when
@@ -36,6 +37,7 @@ from cyborg.common import exception
 from cyborg.common import glance_client
 from cyborg.common import notifications
 from cyborg.conductor import bind_events
+from cyborg.conductor import bind_failures
 from cyborg.conductor import live_allocations
 from cyborg.conductor import metrics as conductor_metrics
 from cyborg.conductor import nova_client
@@ -43,6 +45,7 @@ from cyborg.db.api import arq_batches
 from cyborg.db.api import arq_bindings
 from cyborg.db.api import arqs
 from cyborg.db.api import attach_handles
+from cyborg.db.api import bind_ends
 from cyborg.db.api import cleaning
 from cyborg.db.api import deployables
 from cyborg.db.api import services
@@ -90,6 +93,7 @@ class Binder:
         self.notifier = notifications.get_notifier(conf, 'cyborg-conductor')
         self.bind_durations = conductor_metrics.BindDurations()
         self.events = bind_events.BindEvents(self.nova)
+        self.failures = bind_failures.FailureDelivery(conf, self.events)
         # Called with the attach handles (ids) a PATCH or delete left
         # cleaning, once committed (see cyborg.conductor.cleaning).
         self.clean: Callable[[list[int]], None] | None = None
@@ -104,6 +108,8 @@ class Binder:
         return self._agent_api
 
     def stop(self) -> None:
+        # Failures still owed to Nova are the stale sweep's now.
+        self.failures.stopping.set()
         self.executor.shutdown(wait=True)
         self.allocations.stop()
 
@@ -132,7 +138,7 @@ class Binder:
         self._after(batch, started)
         self._announce(context, self.notifier.arq_unbind, before,
                        batch.states)
-        self._announce_binds(context, batch.resolved, batch.reasons)
+        self._announce_binds(context, batch.resolved, {})
         return batch
 
     def apply_patches(self, context: cyborg_context.RequestContext,
@@ -150,7 +156,7 @@ class Binder:
         whole = self._after_many(context, results, before,
                                  self.notifier.arq_unbind, started)
         self.bind_durations.observe(whole.resolved, started)
-        self._announce_binds(context, whole.resolved, whole.reasons)
+        self._announce_binds(context, whole.resolved, {})
         return results
 
     def delete_many(self, context: cyborg_context.RequestContext,
@@ -368,18 +374,24 @@ class Binder:
                 else:
                     succeeded.append(job)
         try:
-            ended = arq_bindings.finish_binds(context, succeeded, failed,
-                                              programs)
+            ended = bind_ends.finish_binds(context, succeeded, failed,
+                                           programs)
         except Exception:
             LOG.exception('Cannot record the end of binds %s; they will '
                           'fail after [conductor] bind_timeout.',
                           ', '.join(j['arq_uuid'] for j in jobs))
             return
-        for uuid, state in ended.items():
-            LOG.info('Accelerator request %s is %s.', uuid, state)
+        instances = {j['arq_uuid']: j['instance_uuid'] for j in jobs}
+        # Failed, and owed to Nova: still BindStarted (see bind_failures).
+        owed = [bind_failures.Failure(u, instances[u], reasons[u])
+                for u, state in sorted(ended.items())
+                if state == 'BindStarted']
+        bound = {u: s for u, s in ended.items() if s == 'Bound'}
+        for uuid in bound:
+            LOG.info('Accelerator request %s is Bound.', uuid)
         self.allocations.failed(jobs, ended)
         if started is not None:
-            self.bind_durations.observe(ended, started)
+            self.bind_durations.observe(bound, started)
         # What was made for a bind that failed, or whose ARQ was unbound
         # or deleted meanwhile, goes: its handle waits for that.
         undo = [j for j in jobs
@@ -388,8 +400,7 @@ class Binder:
                 and ended.get(j['arq_uuid']) != 'Bound']
         if undo:
             self._free(undo)
-        self.events.notify(ended, {j['arq_uuid']: j['instance_uuid']
-                                   for j in jobs})
+        self.events.notify(bound, instances)
         # Nova first: it waits for these binds, listeners do not.
         for deployable_id, (_, loaded) in programs.items():
             group = by_deployable[deployable_id]
@@ -399,7 +410,27 @@ class Binder:
                 self.notifier.program_error(
                     context, _program_info(group),
                     reasons.get(group[0]['arq_uuid'], 'unknown'))
-        self._announce_binds(context, ended, reasons)
+        self._announce_binds(context, bound, reasons)
+        if owed:
+            self._tell_failures(context, owed, started)
+
+    def _tell_failures(self, context: cyborg_context.RequestContext,
+                       owed: list[bind_failures.Failure],
+                       started: float | None) -> None:
+        """Tell Nova of failed binds until it has them (see
+        ``bind_failures``), then announce those that ended BindFailed.
+
+        Nova has ``[conductor] bind_timeout`` from the failure to take
+        it, however long the bind took to fail (one the agent never
+        answered fails as its own timeout ends): the stale sweep, which
+        counts from the failure too, comes later still."""
+        ended = self.failures.deliver(owed, time.monotonic() + self.timeout)
+        for uuid in sorted(ended):
+            LOG.info('Accelerator request %s is BindFailed.', uuid)
+        if started is not None:
+            self.bind_durations.observe(ended, started)
+        self._announce_binds(context, ended,
+                             {f.arq_uuid: f.reason for f in owed})
 
     @staticmethod
     def _remaining(deadline: float) -> float:
@@ -480,12 +511,15 @@ class Binder:
         context = cyborg_context.get_admin_context()
         cutoff = timeutils.utcnow() - datetime.timedelta(
             seconds=self.timeout * 1.5 + 30)
-        stale = arq_bindings.stale_binds(context, cutoff)
+        stale = bind_ends.stale_binds(context, cutoff)
         if stale:
-            ended = arq_bindings.finish_binds(
+            # Told once: the conductor that owed these is gone, and Nova
+            # has waited longer than its own timeout for most of them.
+            ended = bind_ends.finish_binds(
                 context, [], [{'arq_uuid': uuid,
                                'attach_handle_id': handle}
-                              for uuid, (_, handle) in stale.items()])
+                              for uuid, (_, handle) in stale.items()],
+                owed=False)
             LOG.warning('Accelerator request(s) %s were binding for longer '
                         'than [conductor] bind_timeout; they failed.',
                         ', '.join(sorted(ended)))

@@ -252,11 +252,14 @@ class LiveAllocations:
 
     def failed(self, jobs: list[dict[str, Any]],
                ended: dict[str, str]) -> None:
-        """Take back what live binds that ended BindFailed on their host
-        were given."""
+        """Take back what live binds that failed on their host were
+        given: those ended BindFailed, and those still BindStarted while
+        their failure is owed to Nova (see ``bind_failures``), which hold
+        no handle any more."""
         self.take_back({job['arq_uuid']: job['allocated'] for job in jobs
                         if job.get('allocated')
-                        and ended.get(job['arq_uuid']) == 'BindFailed'})
+                        and ended.get(job['arq_uuid']) in (
+                            'BindFailed', 'BindStarted')})
 
     # Binds, before their transaction
 

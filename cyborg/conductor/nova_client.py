@@ -115,8 +115,10 @@ class NovaClient:
         """Tell Nova, in one request, that the binds of ``events`` ended.
 
         Never raises: Nova also reads the ARQs that are already resolved
-        when it starts waiting, so a lost event only matters to an instance
-        that was waiting by then, and it must not turn a bind into a failure.
+        when it starts waiting, so a lost ``completed`` event only matters
+        to an instance that was waiting by then, and it must not turn a
+        bind into a failure; a ``failed`` one its caller sends again while
+        the outcome says Nova did not take it (``bind_failures``).
         """
         outcome = EventsOutcome()
         if not events:
@@ -171,7 +173,9 @@ class NovaClient:
             if code == 422:
                 # Nova dispatches events to the instance's host; before it
                 # has one, its compute has not started waiting either, and
-                # will read the resolved ARQ itself when it does.
+                # will read a Bound ARQ itself when it does. A failure is
+                # sent again (bind_failures): read, it would pass for
+                # resolved.
                 LOG.debug('Instance %(instance)s of ARQ %(arq)s is not on a '
                           'host yet; Nova reads the ARQ when it waits', args)
             elif code == 404:

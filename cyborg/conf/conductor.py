@@ -12,7 +12,11 @@ conductor_opts: list[cfg.Opt] = [
         default=300,
         min=1,
         help='Seconds a bind that needs the agent (programming an FPGA, '
-             'creating a vGPU) may take. A bind not finished by then ends '
+             'creating a vGPU) may take. A bind not finished by then '
+             'fails. A failed bind stays BindStarted while its "failed" '
+             'event is sent to Nova again, until Nova takes it (it drops '
+             'the event of an instance not on a host yet) or the instance '
+             'is gone, for at most this many seconds more; then it is '
              'BindFailed. Keep it below Nova\'s [DEFAULT] '
              'arq_binding_timeout (300 by default), or Nova gives up '
              'first.'),

@@ -49,7 +49,8 @@ def _none(figure: str, value: int) -> Row:
 def _galera(f: dict[str, Any]) -> list[Row]:
     cpu = f['cpu_ms_per_bind']
     return [
-        ('binds', '', f'{f["bound"]} Bound, {f["bind_failed"]} BindFailed, '
+        ('binds', '', f'{f["bound"]} Bound, {f.get("refused", 0)} refused, '
+         f'{f["bind_failed"]} BindFailed, '
          f'{f["binds_per_s"]}/s, p99 {f["p99_ms"]} ms', None),
         _none('handles used twice', f['handles_used_twice']),
         _none('requests stuck', f['arqs_stuck']),

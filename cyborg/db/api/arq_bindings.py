@@ -24,7 +24,6 @@ from cyborg.db.api import cleaning
 from cyborg.db.api import deployables
 from cyborg.db.api import layouts
 from cyborg.db.api import query
-from cyborg.db.api import reader
 from cyborg.db.api import retry_on_deadlock
 from cyborg.db.api import writer
 
@@ -62,8 +61,6 @@ class BindBatch:
     released: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     # Binds sent again exactly as they were applied: nothing changed.
     repeated: set[str] = dataclasses.field(default_factory=set)
-    # Why each bind that failed here failed.
-    reasons: dict[str, str] = dataclasses.field(default_factory=dict)
     # Attach handles (ids) given back that start cleaning after use (see
     # ``cleaning``): the caller cleans them once committed.
     cleaning: list[int] = dataclasses.field(default_factory=list)
@@ -84,7 +81,6 @@ class BindBatch:
             whole.instances.update(batch.instances)
             whole.released.extend(batch.released)
             whole.repeated.update(batch.repeated)
-            whole.reasons.update(batch.reasons)
             whole.cleaning.extend(batch.cleaning)
             whole.unbound.update(batch.unbound)
         return whole
@@ -159,11 +155,34 @@ def _job(deployable: Any, handle: Any) -> dict[str, Any]:
             'attach_info': json.loads(handle.attach_info)}
 
 
+def refusal(deployable: Any | None, hostname: str,
+            group: dict[str, Any]) -> str | None:
+    """Why a bind to ``deployable`` (the row read for the provider Nova
+    named, None when none has it) on ``hostname`` cannot be, from what was
+    read; None when nothing read so far stands in its way."""
+    if deployable is None:
+        return 'no deployable has this resource provider'
+    if deployable.hostname != hostname:
+        return f'the deployable is on {deployable.hostname}, not {hostname}'
+    if deployable.status != 'enabled':
+        return 'the device is disabled'
+    if deployable.health == 'unhealthy':
+        # Placement reserves an unhealthy device's inventory, but a
+        # scheduler may have picked it just before.
+        why = deployable.health_reason
+        return 'the device is unhealthy' + (f': {why}' if why else '')
+    if group.get('accel:bitstream_id') and group.get('accel:function_id'):
+        return ('the profile names both accel:bitstream_id and '
+                'accel:function_id')
+    return None
+
+
 def _bind(session: sa.orm.Session, uuid: str, binding: dict[str, Any],
           group: dict[str, Any], batch: BindBatch,
           programming: dict[int, str],
-          find_bitstream: Callable[[str], str] | None) -> None:
-    """Bind one ARQ to the deployable behind its resource provider.
+          find_bitstream: Callable[[str], str] | None) -> str | None:
+    """Bind one ARQ to the deployable behind its resource provider, or
+    say why it cannot be (and leave it as it was).
 
     ``programming`` maps the deployables this batch programs to the
     bitstream they get, so that ARQs of one PATCH share a device being
@@ -173,79 +192,65 @@ def _bind(session: sa.orm.Session, uuid: str, binding: dict[str, Any],
     deployable = session.execute(
         sa.select(Dep.id, Dep.uuid, Dep.name, Dep.driver_name,
                   models.Device.hostname, models.Device.host,
-                  models.Device.status, models.ControlpathID.cpid_type,
+                  models.Device.status, models.Device.health,
+                  models.Device.health_reason,
+                  models.ControlpathID.cpid_type,
                   models.ControlpathID.cpid_info)
         .join(models.Device, models.Device.id == Dep.device_id)
         .join(models.ControlpathID,
               models.ControlpathID.device_id == models.Device.id)
         .where(Dep.rp_uuid == binding['device_rp_uuid'])
     ).first()
-    values: dict[str, Any] = {
-        'hostname': binding['hostname'],
-        'device_rp_uuid': binding['device_rp_uuid'],
-        'instance_uuid': binding['instance_uuid']}
-    if binding.get('project_id'):
-        values['project_id'] = binding['project_id']
+    reason = refusal(deployable, binding['hostname'], group)
+    if reason is not None:
+        return reason
+    # refusal() names a missing deployable.
+    assert deployable is not None
     bitstream = group.get('accel:bitstream_id')
     function = group.get('accel:function_id')
-    reason = None
-    if deployable is None:
-        reason = 'no deployable has this resource provider'
-    elif deployable.hostname != binding['hostname']:
-        reason = f'the deployable is on {deployable.hostname}'
-    elif deployable.status != 'enabled':
-        reason = 'the device is disabled'
-    elif bitstream and function:
-        reason = ('the profile names both accel:bitstream_id and '
-                  'accel:function_id')
-    elif function:
+    if function:
         try:
             if find_bitstream is None:
                 raise exception.BitstreamNotFound(
                     reason='no image service to look functions up in')
             bitstream = find_bitstream(function)
         except exception.CyborgException as exc:
-            reason = f'no image provides function {function}: {exc}'
-    program = waits = False
-    handle = None
-    if reason is None:
-        # Every check above gives a reason when no deployable was found.
-        assert deployable is not None
-        program, waits, reason = _programming_role(
-            session, deployable.id, bitstream, programming)
-        if reason is None:
-            handle = attach_handles.take(session, deployable.id)
-            if handle is None:
-                reason = 'the deployable has no free attach handle'
-        if reason is None and program and deployable.id not in programming:
-            # A bind programs a deployable no other bind of the batch
-            # does only when it has a bitstream to load.
-            assert bitstream is not None
-            deployables.start_programming(session, deployable.id, bitstream)
-            programming[deployable.id] = bitstream
+            return f'no image provides function {function}: {exc}'
+    program, waits, reason = _programming_role(
+        session, deployable.id, bitstream, programming)
     if reason is not None:
-        LOG.info('Accelerator request %s cannot bind to provider %s: %s.',
-                 uuid, binding['device_rp_uuid'], reason)
-        values['state'] = 'BindFailed'
-        batch.reasons[uuid] = reason
+        return reason
+    handle = attach_handles.take(session, deployable.id)
+    if handle is None:
+        return 'the deployable has no free attach handle'
+    if program and deployable.id not in programming:
+        # A bind programs a deployable no other bind of the batch does
+        # only when it has a bitstream to load.
+        assert bitstream is not None
+        deployables.start_programming(session, deployable.id, bitstream)
+        programming[deployable.id] = bitstream
+    values: dict[str, Any] = {
+        'hostname': binding['hostname'],
+        'device_rp_uuid': binding['device_rp_uuid'],
+        'instance_uuid': binding['instance_uuid'],
+        'attach_handle_id': handle.id, 'deployable_id': deployable.id}
+    if binding.get('project_id'):
+        values['project_id'] = binding['project_id']
+    if (program or waits
+            or not attach_handles.instant(handle.attach_type,
+                                          handle.attach_info)):
+        values['state'] = 'BindStarted'
+        batch.jobs.append(dict(
+            _job(deployable, handle), arq_uuid=uuid,
+            instance_uuid=binding['instance_uuid'],
+            bitstream_id=bitstream, program=program,
+            await_program=waits))
     else:
-        assert deployable is not None and handle is not None
-        values.update(attach_handle_id=handle.id,
-                      deployable_id=deployable.id)
-        if (program or waits
-                or not attach_handles.instant(handle.attach_type,
-                                              handle.attach_info)):
-            values['state'] = 'BindStarted'
-            batch.jobs.append(dict(
-                _job(deployable, handle), arq_uuid=uuid,
-                instance_uuid=binding['instance_uuid'],
-                bitstream_id=bitstream, program=program,
-                await_program=waits))
-        else:
-            values['state'] = 'Bound'
+        values['state'] = 'Bound'
     _transition(session, uuid, BINDABLE, 'binding', values)
     batch.states[uuid] = values['state']
     batch.instances[uuid] = binding['instance_uuid']
+    return None
 
 
 class Held(typing.NamedTuple):
@@ -262,7 +267,7 @@ class Held(typing.NamedTuple):
     handle: Any = None
 
 
-def _held(session: sa.orm.Session, where: Any) -> list[Held]:
+def held(session: sa.orm.Session, where: Any) -> list[Held]:
     """The ARQs matching ``where``, locked, with their handles.
 
     Only the ARQ rows are locked (MariaDB would lock every joined row of a
@@ -306,10 +311,14 @@ def apply_in(session: sa.orm.Session, binds: dict[str, dict[str, Any]],
              live: bool) -> BindBatch:
     """Bind and unbind, in the caller's transaction.
 
-    A bind whose resource provider has no deployable on that host, whose
-    device is disabled or has no free attach handle ends BindFailed; one
-    that needs the device's host (an FPGA to program, a vGPU to create)
-    is left BindStarted with its handle taken, for the conductor to finish.
+    A bind that cannot be made (its resource provider has no deployable
+    on that host, its device is disabled, unhealthy, being changed or has
+    no free attach handle, no image provides its function: see
+    ``refusal`` and ``_programming_role``) refuses the whole PATCH with
+    BindRefused, naming each such bind and why, and nothing is written.
+    A bind that needs the device's host (an FPGA to program, a vGPU to
+    create) is left BindStarted with its handle taken, for the conductor
+    to finish.
     A bind sent again as it was applied changes nothing. An instance gets
     requests bound in one PATCH only (its claim, see ``claims.take``), unless
     ``live`` (microversion 2.9): then binds may join the requests its claim
@@ -320,7 +329,7 @@ def apply_in(session: sa.orm.Session, binds: dict[str, dict[str, Any]],
     ``attach_handles.release``): the caller has it removed on its host.
     """
     uuids = list(binds) + list(unbinds)
-    found = {row.uuid: row for row in _held(session, ARQ.uuid.in_(uuids))}
+    found = {row.uuid: row for row in held(session, ARQ.uuid.in_(uuids))}
     missing = set(uuids) - set(found)
     if missing:
         raise exception.ARQNotFound(uuids=', '.join(sorted(missing)))
@@ -373,13 +382,28 @@ def apply_in(session: sa.orm.Session, binds: dict[str, dict[str, Any]],
                        'requests in one PATCH.')
     # Taking handles deployable by deployable, in one order for every
     # transaction, keeps concurrent batches from locking in a cycle.
+    for uuid in binds:
+        if found[uuid].state not in BINDABLE:
+            # What is bound stays so: that, not the device, is the answer.
+            raise exception.ARQBadState(uuid=uuid, state=found[uuid].state,
+                                        action='binding',
+                                        expected=', '.join(BINDABLE))
     programming: dict[int, str] = {}
+    refusals: dict[str, str] = {}
     for uuid, binding in sorted(
             binds.items(), key=lambda item: (item[1]['device_rp_uuid'],
                                              item[0])):
-        _bind(session, uuid, binding,
-              json.loads(found[uuid].device_profile_group), batch,
-              programming, find_bitstream)
+        reason = _bind(session, uuid, binding,
+                       json.loads(found[uuid].device_profile_group), batch,
+                       programming, find_bitstream)
+        if reason is not None:
+            LOG.info('Accelerator request %s cannot bind to provider %s: '
+                     '%s.', uuid, binding['device_rp_uuid'], reason)
+            refusals[uuid] = reason
+    if refusals:
+        # Every bind is still tried, so that the answer names each one
+        # that cannot be; raising rolls back what the others took.
+        raise exception.BindRefused.of(refusals)
     return batch
 
 
@@ -415,7 +439,7 @@ def delete_in(session: sa.orm.Session, uuids: list[str] | None,
         # Never "every unbound request" (instance_uuid IS NULL).
         raise exception.Invalid(reason='Name the accelerator requests to '
                                        'delete, or their instance.')
-    rows = _held(session, sa.and_(*where))
+    rows = held(session, sa.and_(*where))
     if instance_uuid is None:
         missing = set(uuids or ()) - {r.uuid for r in rows}
         if missing:
@@ -429,64 +453,3 @@ def delete_in(session: sa.orm.Session, uuids: list[str] | None,
         claims.drop(session, {r.instance_uuid for r in rows})
         batch.states = dict.fromkeys((r.uuid for r in rows), 'Deleted')
     return batch
-
-
-@retry_on_deadlock
-@writer
-def finish_binds(context: cyborg_context.RequestContext,
-                 succeeded: list[dict[str, Any]],
-                 failed: list[dict[str, Any]],
-                 programs: dict[int, tuple[str, bool]] | None = None
-                 ) -> dict[str, str]:
-    """End binds that were BindStarted, each given as its job (ARQ uuid
-    and attach handle id): Bound, or BindFailed (giving back its handle as
-    ``attach_handles.release`` does). A bind ends only if its ARQ is still
-    BindStarted with the handle the job took: one unbound or deleted
-    meanwhile (and maybe bound again) is left alone, for the caller to
-    undo what it made.
-    ``programs`` maps deployables this worker programmed to (bitstream,
-    whether it loaded). The result maps the ARQs ended to their state.
-    """
-    session = context.session
-    for deployable_id, (bitstream, loaded) in (programs or {}).items():
-        deployables.end_programming(session, deployable_id, bitstream,
-                                    loaded)
-    jobs = {j['arq_uuid']: j for j in [*succeeded, *failed]}
-    if not jobs:
-        return {}
-    started = {row.uuid: row for row in _held(session, sa.and_(
-        ARQ.uuid.in_(list(jobs)), ARQ.state == 'BindStarted'))
-        if row.handle_id == jobs[row.uuid]['attach_handle_id']}
-    ended: dict[str, str] = {}
-    bound = [j['arq_uuid'] for j in succeeded if j['arq_uuid'] in started]
-    if bound:
-        session.execute(sa.update(ARQ).where(
-            ARQ.uuid.in_(bound), ARQ.state == 'BindStarted')
-            .values(state='Bound'))
-        ended.update(dict.fromkeys(bound, 'Bound'))
-    lost = [j['arq_uuid'] for j in failed if j['arq_uuid'] in started]
-    if lost:
-        # The worker removes what it may have made: not this caller's.
-        attach_handles.release(session, [started[u] for u in lost])
-        session.execute(sa.update(ARQ).where(
-            ARQ.uuid.in_(lost), ARQ.state == 'BindStarted')
-            .values(state='BindFailed', attach_handle_id=None,
-                    deployable_id=None))
-        ended.update(dict.fromkeys(lost, 'BindFailed'))
-    return ended
-
-
-@reader
-def stale_binds(context: cyborg_context.RequestContext,
-                started_before: Any
-                ) -> dict[str, tuple[str | None, int | None]]:
-    """ARQ uuid -> (instance, attach handle id) of binds BindStarted since
-    before the time given: their conductor stopped, or their host never
-    answered."""
-    return {row.uuid: (row.instance_uuid, row.attach_handle_id)
-            for row in context.session.execute(
-                sa.select(ARQ.uuid, ARQ.instance_uuid, ARQ.attach_handle_id)
-                .where(ARQ.state == 'BindStarted',
-                       sa.func.coalesce(ARQ.updated_at, ARQ.created_at)
-                       < started_before))}
-

@@ -48,6 +48,11 @@ class FakeNova(http.FakeHTTPServer):
         self.prefix = prefix
         self.max_version = _parse_version(max_version)
         self._answers: dict[str, int] = {}
+        # How many more events of an instance get its answer, by instance;
+        # absent: every one.
+        self._times: dict[str, int] = {}
+        # (tag, code) of every event answered.
+        self._given: list[tuple[str | None, int]] = []
         self.route('POST', self.events_path, self._create_events)
 
     @property
@@ -59,12 +64,34 @@ class FakeNova(http.FakeHTTPServer):
         """The compute endpoint, as the service catalog would give it."""
         return self.url + self.prefix
 
-    def answer(self, instance_uuid: str, code: int) -> None:
-        """Give ``code`` to every event for ``instance_uuid``: 404 as for
-        an unknown instance, 422 as for one not on a host yet, 200 again
-        to undo."""
+    def answer(self, instance_uuid: str, code: int,
+               times: int | None = None) -> None:
+        """Give ``code`` to every event for ``instance_uuid``, or to the
+        next ``times`` of them and 200 after: 404 as for an unknown
+        instance, 422 as for one not on a host yet (as nova-api answers
+        until nova-compute has claimed the instance), 200 again to undo."""
         with self._lock:
             self._answers[instance_uuid] = code
+            self._times.pop(instance_uuid, None)
+            if times is not None:
+                self._times[instance_uuid] = times
+
+    def codes(self, tag: str) -> list[int]:
+        """The code each event tagged ``tag`` got, in order."""
+        with self._lock:
+            return [code for given, code in self._given if given == tag]
+
+    def _code(self, instance_uuid: str) -> int:
+        with self._lock:
+            code = self._answers.get(instance_uuid, 200)
+            left = self._times.get(instance_uuid)
+            if left is not None:
+                if left <= 1:
+                    del self._times[instance_uuid]
+                    self._answers.pop(instance_uuid, None)
+                else:
+                    self._times[instance_uuid] = left - 1
+            return code
 
     def posts(self) -> list[http.Request]:
         """Every POST of events received, answered or not."""
@@ -100,10 +127,8 @@ class FakeNova(http.FakeHTTPServer):
         if problem:
             return _fault(400, f'Invalid input for field/attribute {problem}')
         answered = []
-        with self._lock:
-            answers = dict(self._answers)
         for event in request.body['events']:
-            code = answers.get(event['server_uuid'], 200)
+            code = self._code(event['server_uuid'])
             # Nova looks for the instance first, then for the tag, then
             # for the instance's host.
             if code != 404 and event['name'] in _NAMES_WITH_TAG \
@@ -112,6 +137,8 @@ class FakeNova(http.FakeHTTPServer):
             # Nova echoes each event, with the status it settled on.
             status = 'completed' if code == 200 else 'failed'
             answered.append({**event, 'status': status, 'code': code})
+        with self._lock:
+            self._given.extend((e.get('tag'), e['code']) for e in answered)
         multi = any(event['code'] != 200 for event in answered)
         return http.json_response({'events': answered}, 207 if multi else 200)
 

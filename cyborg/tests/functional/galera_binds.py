@@ -33,7 +33,8 @@ from cyborg.tests.functional import gate_stack
 
 ARQ = models.AcceleratorRequest
 AH = models.AttachHandle
-ENDED = ('Bound', 'BindFailed')
+# A bind ends Bound or BindFailed; one refused leaves its ARQ Initial.
+ENDED = ('Bound', 'BindFailed', 'Initial')
 
 
 @dataclasses.dataclass
@@ -52,7 +53,7 @@ class Outcome:
 
     @property
     def stuck(self) -> int:
-        """ARQs in neither Bound nor BindFailed."""
+        """ARQs neither ended nor refused."""
         return sum(n for state, n in self.states.items()
                    if state not in ENDED)
 

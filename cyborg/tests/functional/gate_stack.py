@@ -351,11 +351,11 @@ class Stack:
 
         return wait_for(listed, f'{what} in the API', 60, interval=0.5)
 
-    def bind_new(self, profile: str, hostname: str, rp_uuid: str
-                 ) -> tuple[str, str]:
+    def bind_new(self, profile: str, hostname: str, rp_uuid: str,
+                 status: int = 202) -> tuple[str, str]:
         """Create a request of device profile ``profile`` and bind it to a
         new instance on the device ``rp_uuid`` of ``hostname``, as Nova
-        does; (instance uuid, request uuid)."""
+        does, answered with ``status``; (instance uuid, request uuid)."""
         api = self.api_url
         arq = requests.post(
             f'{api}/accelerator_requests', headers=API_HEADERS, timeout=30,
@@ -367,7 +367,7 @@ class Stack:
                 {'path': '/hostname', 'op': 'add', 'value': hostname},
                 {'path': '/device_rp_uuid', 'op': 'add', 'value': rp_uuid},
                 {'path': '/instance_uuid', 'op': 'add', 'value': instance}]})
-        assert answer.status_code == 202, answer.text
+        assert answer.status_code == status, answer.text
         return instance, arq['uuid']
 
     def attach_handles(self, hostname: str) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ import sqlalchemy as sa
 
 from cyborg import context as cyborg_context
 from cyborg.accelerator.drivers import fake
+from cyborg.common import exception
 from cyborg.db import api as db_api
 from cyborg.db import models
 from cyborg.db.api import arq_bindings
@@ -39,8 +40,12 @@ def test_parallel_binds_take_distinct_handles(conf, db_engine):
         binding = {'hostname': 'node1',
                    'device_rp_uuid': deployable['rp_uuid'],
                    'instance_uuid': str(uuid.uuid4())}
-        outcome = arq_bindings.apply_patch(
-            cyborg_context.get_admin_context(), {arq_uuid: binding}, [])
+        try:
+            outcome = arq_bindings.apply_patch(
+                cyborg_context.get_admin_context(), {arq_uuid: binding}, [])
+        except exception.BindRefused as exc:
+            assert 'no free attach handle' in str(exc)
+            return 'refused'
         return outcome.states[arq_uuid]
 
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
@@ -48,7 +53,7 @@ def test_parallel_binds_take_distinct_handles(conf, db_engine):
         done, pending = concurrent.futures.wait(futures, timeout=60)
     assert not pending, 'binds did not finish: a lock is never released'
     states = sorted(f.result() for f in done)
-    assert states == ['BindFailed'] * 2 + ['Bound'] * 10
+    assert states == ['Bound'] * 10 + ['refused'] * 2
     with db_engine.connect() as conn:
         held = conn.execute(
             sa.select(models.AcceleratorRequest.attach_handle_id).where(
@@ -73,7 +78,11 @@ def test_search_starts_past_the_last_handle_taken_then_wraps(conf,
         binding = {'hostname': 'node1',
                    'device_rp_uuid': deployable['rp_uuid'],
                    'instance_uuid': str(uuid.uuid4())}
-        state = arq_bindings.apply_patch(ctx, {arq: binding}, []).states[arq]
+        try:
+            state = arq_bindings.apply_patch(ctx, {arq: binding},
+                                             []).states[arq]
+        except exception.BindRefused:
+            state = 'refused'
         with db_engine.connect() as conn:
             handle = conn.scalar(
                 sa.select(models.AcceleratorRequest.attach_handle_id)
@@ -91,7 +100,7 @@ def test_search_starts_past_the_last_handle_taken_then_wraps(conf,
     _, state, again = bind()
     assert (state, again) == ('Bound', h1)
     _, state, none = bind()
-    assert (state, none) == ('BindFailed', None)
+    assert (state, none) == ('refused', None)
     # A hint past every handle (another process took the last one) still
     # finds a free handle below it.
     with db_engine.connect() as conn:

@@ -5,6 +5,7 @@ broker; Nova's events endpoint and Glance are fakes on 127.0.0.1, and
 placement is the real service.
 """
 import datetime
+import logging
 import uuid
 from typing import Any
 
@@ -15,8 +16,10 @@ from oslo_utils import timeutils
 from cyborg import context as cyborg_context
 from cyborg.accelerator.drivers import fake
 from cyborg.agent import service as agent_service
+from cyborg.common import exception
 from cyborg.common import rpc
 from cyborg.common import rpc_service
+from cyborg.conductor import bind_failures
 from cyborg.conductor import binding
 from cyborg.conductor import manager as conductor_manager
 from cyborg.conductor import rpcapi as conductor_rpcapi
@@ -141,14 +144,21 @@ def test_instant_binds_are_bound_and_reported_once(stack):
                    for h in stack.deployable('FPGA')['attach_handles'])
 
 
-def test_exhausted_deployable_fails_and_nova_hears_it(stack):
+def test_exhausted_deployable_refuses_the_bind(stack):
     rp = stack.deployable('FPGA')['rp_uuid']
     profile = stack.profile('one-fpga', {'resources:FPGA': '1'})
     first, _ = stack.bind(profile, rp, count=2)
     assert {a['state'] for a in stack.resolved(first)} == {'Bound'}
-    late, [arq] = stack.bind(profile, rp)
-    assert [a['state'] for a in stack.resolved(late)] == ['BindFailed']
-    assert wait_for(lambda: stack.events(late)) == {arq: 'failed'}
+    assert wait_for(lambda: stack.events(first))
+    late = str(uuid.uuid4())
+    with pytest.raises(exception.BindRefused,
+                       match='no free attach handle') as refused:
+        stack.bind(profile, rp, instance=late)
+    # The answer is the failure: nothing written, nothing told to Nova.
+    [arq] = [a for a in arqs.get_all(stack.ctx)[0]
+             if a['uuid'] in str(refused.value)]
+    assert (arq['state'], arq['instance_uuid']) == ('Initial', None)
+    assert stack.events(late) == {}
 
 
 def test_fpga_bind_programs_through_the_agent(stack):
@@ -202,6 +212,120 @@ def test_failed_programming_frees_the_handle(stack):
     assert wait_for(lambda: stack.events(instance)) == {arq: 'failed'}
     assert not any(h['in_use'] for h in stack.deployable('FPGA')[
         'attach_handles'])
+
+
+@pytest.fixture
+def fast_resends(monkeypatch):
+    """Failures owed to Nova sent again within tenths of a second."""
+    monkeypatch.setattr(bind_failures, 'FIRST_DELAY', 0.05)
+    monkeypatch.setattr(bind_failures, 'MAX_DELAY', 0.2)
+
+
+def _failing_bind(stack, name: str, instance: str) -> str:
+    """A bind whose programming fails on the host; its ARQ."""
+    stack.conf.set_override('program_fail', True, 'fake_driver')
+    image = stack.glance.add_image(b'x')
+    profile = stack.profile(name, {
+        'resources:FPGA': '1', 'accel:bitstream_id': image['id']})
+    _, [arq] = stack.bind(profile, stack.deployable('FPGA')['rp_uuid'],
+                          instance=instance)
+    return arq
+
+
+def _owed(stack, arq: str) -> bool:
+    """Failed, unresolved as Nova reads it, and holding nothing."""
+    found = arqs.get(stack.ctx, arq)
+    return (found['state'], found['attach_handle_uuid']) == (
+        'BindStarted', None) and not any(
+        h['in_use'] for h in stack.deployable('FPGA')['attach_handles'])
+
+
+def test_a_failure_nova_drops_is_sent_until_nova_takes_it(stack,
+                                                          fast_resends):
+    # Nova 34 drops the event of an instance not on a host yet (422), and
+    # nova-compute would boot the server without its device if it read
+    # BindFailed: the request stays unresolved until Nova has the event.
+    instance = str(uuid.uuid4())
+    stack.nova.answer(instance, 422)
+    arq = _failing_bind(stack, 'dropped', instance)
+    wait_for(lambda: len(stack.nova.codes(arq)) >= 3)
+    assert _owed(stack, arq)
+    assert stack.resolved(instance) == []
+    # nova-compute claimed the instance: the next event is taken.
+    stack.nova.answer(instance, 200)
+    wait_for(lambda: arqs.get(stack.ctx, arq)['state'] == 'BindFailed')
+    codes = stack.nova.codes(arq)
+    assert set(codes[:-1]) == {422} and codes[-1] == 200
+    assert stack.events(instance) == {arq: 'failed'}
+
+
+def test_a_failure_taken_after_a_few_422s(stack, fast_resends):
+    instance = str(uuid.uuid4())
+    stack.nova.answer(instance, 422, times=3)
+    arq = _failing_bind(stack, 'few', instance)
+    [failed] = wait_for(lambda: stack.resolved(instance))
+    assert (failed['state'], failed['attach_handle_uuid']) == (
+        'BindFailed', None)
+    assert stack.nova.codes(arq) == [422, 422, 422, 200]
+
+
+def test_a_failure_for_an_instance_nova_does_not_know_ends(stack,
+                                                           fast_resends):
+    instance = str(uuid.uuid4())
+    stack.nova.answer(instance, 404)
+    arq = _failing_bind(stack, 'gone', instance)
+    [failed] = wait_for(lambda: stack.resolved(instance))
+    assert failed['state'] == 'BindFailed'
+    assert stack.nova.codes(arq) == [404]
+
+
+def test_a_failure_nova_never_takes_ends_with_the_timeout(stack,
+                                                          fast_resends):
+    stack.conf.set_override('bind_timeout', 2, 'conductor')
+    instance = str(uuid.uuid4())
+    stack.nova.answer(instance, 422)
+    arq = _failing_bind(stack, 'never', instance)
+    [failed] = wait_for(lambda: stack.resolved(instance), timeout=30)
+    assert failed['state'] == 'BindFailed'
+    codes = stack.nova.codes(arq)
+    assert len(codes) >= 2 and set(codes) == {422}
+
+
+@pytest.mark.parametrize('action', ['delete', 'unbind', 'sweep'])
+def test_what_ends_an_owed_failure_first_wins(stack, fast_resends, caplog,
+                                              action):
+    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.DEBUG, logger=bind_failures.__name__)
+    instance = str(uuid.uuid4())
+    stack.nova.answer(instance, 422)
+    arq = _failing_bind(stack, f'raced-{action}', instance)
+    wait_for(lambda: len(stack.nova.codes(arq)) >= 2)
+    assert _owed(stack, arq)
+    if action == 'delete':
+        stack.api.arq_delete(stack.ctx, instance_uuid=instance)
+    elif action == 'unbind':
+        stack.api.arq_apply_patch(stack.ctx, {}, [arq])
+    else:
+        # A conductor that stopped owed it: the sweep ends it, once.
+        _execute(stack, sa.update(models.AcceleratorRequest)
+                 .where(models.AcceleratorRequest.uuid == arq)
+                 .values(updated_at=timeutils.utcnow()
+                         - datetime.timedelta(seconds=120)))
+        sweeper = binding.Binder(stack.conf)
+        sweeper.fail_stale_binds()
+        sweeper.stop()
+    # The resends stop, without an event of their own.
+    wait_for(lambda: f'{arq} were unbound, deleted or ended elsewhere'
+             in caplog.text)
+    sent = len(stack.nova.codes(arq))
+    state = {'delete': None, 'unbind': 'Unbound', 'sweep': 'BindFailed'}
+    found = arqs.get_all(stack.ctx)[0]
+    assert {a['uuid']: a['state'] for a in found}.get(arq) == state[action]
+    if action == 'sweep':
+        # The sweep told Nova once; the sender did not end it again.
+        assert 'is BindFailed' not in caplog.text
+    assert 'were binding for longer' in caplog.text or action != 'sweep'
+    assert len(stack.nova.codes(arq)) == sent
 
 
 def test_vgpu_bind_creates_and_unbind_removes_the_mdev(stack):

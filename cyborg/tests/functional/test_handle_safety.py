@@ -34,6 +34,7 @@ from cyborg.db import models
 from cyborg.db.api import arq_bindings
 from cyborg.db.api import arqs
 from cyborg.db.api import attach_handles
+from cyborg.db.api import bind_ends
 from cyborg.db.api import device_profiles
 from cyborg.db.api import inventory
 from cyborg.tests import fpga_hosts
@@ -222,7 +223,7 @@ class Binder:
             'instance_uuid': str(uuid.uuid4())}}, [])
         if batch.states[arq] == 'BindStarted':
             # A device-side step (an mdev to create) that succeeded.
-            arq_bindings.finish_binds(self.ctx, batch.jobs, [])
+            bind_ends.finish_binds(self.ctx, batch.jobs, [])
         with self.engine.connect() as conn:
             info = conn.scalar(
                 sa.select(models.AttachHandle.attach_info)

@@ -174,9 +174,16 @@ class Host:
         assert self.reserved() == 1
         [row] = capacity.get(self.ctx, group_by='resource_class')
         assert (row['used'], row['reserved'], row['available']) == (0, 1, 0)
-        _, arq = self.bind()
-        assert self.state(arq) == 'BindFailed'
-        self.conductor.arq_delete(self.ctx, [arq], None)
+        [arq] = arqs.create(self.ctx, 'vgpu', 'project')
+        with pytest.raises(messaging.ExpectedException) as raised:
+            self.conductor.arq_apply_patch(self.ctx, {arq['uuid']: {
+                'hostname': self.node['name'], 'device_rp_uuid': self.rp,
+                'instance_uuid': str(uuid.uuid4())}}, [])
+        refused = raised.value.exc_info[1]
+        assert isinstance(refused, exception.BindRefused)
+        assert 'no free attach handle' in str(refused)
+        assert self.state(arq['uuid']) == 'Initial'
+        self.conductor.arq_delete(self.ctx, [arq['uuid']], None)
 
     def in_service(self) -> None:
         """The handle is free and offered, and binds again."""

@@ -214,7 +214,8 @@ def test_every_event_is_sent_as_its_sample(manager, listener):
     assert isinstance(failed.value.exc_info[1], exception.ProgramFailed)
     manager.binder.agent_api.fail_program = False
 
-    # Requests: created, bound (instantly; by programming), refused,
+    # Requests: created, bound (instantly; by programming), refused with
+    # their PATCH (no notification: nothing changed), failed on the host,
     # unbound, deleted.
     device_profiles.create(ctx, {'name': 'dp', 'groups': [
         {'resources:FPGA': '1'}]})
@@ -229,11 +230,21 @@ def test_every_event_is_sent_as_its_sample(manager, listener):
     manager.arq_apply_patch(ctx, {first: {
         'hostname': NODE, 'device_rp_uuid': deployable['rp_uuid'],
         'instance_uuid': instance}}, [])
-    manager.arq_apply_patch(ctx, {second: {
-        'hostname': NODE, 'device_rp_uuid': str(uuid.uuid4()),
-        'instance_uuid': str(uuid.uuid4())}}, [])
+    with pytest.raises(messaging.ExpectedException) as refused:
+        manager.arq_apply_patch(ctx, {second: {
+            'hostname': NODE, 'device_rp_uuid': str(uuid.uuid4()),
+            'instance_uuid': str(uuid.uuid4())}}, [])
+    assert isinstance(refused.value.exc_info[1], exception.BindRefused)
     manager.arq_apply_patch(ctx, {}, [first])
     manager.arq_delete(ctx, uuids=[first, second])
+    manager.binder.agent_api.fail_program = True
+    doomed = manager.arq_create(ctx, 'dp-bits', 'p1')[0]['uuid']
+    manager.arq_apply_patch(ctx, {doomed: {
+        'hostname': NODE, 'device_rp_uuid': deployable['rp_uuid'],
+        'instance_uuid': str(uuid.uuid4())}}, [])
+    wait_for(lambda: arqs.get(ctx, doomed)['state'] == 'BindFailed')
+    manager.binder.agent_api.fail_program = False
+    manager.arq_delete(ctx, uuids=[doomed])
     third = manager.arq_create(ctx, 'dp-bits', 'p1')[0]['uuid']
     manager.arq_apply_patch(ctx, {third: {
         'hostname': NODE, 'device_rp_uuid': deployable['rp_uuid'],
@@ -255,7 +266,8 @@ def test_every_event_is_sent_as_its_sample(manager, listener):
                  if n['payload']['cyborg_object.data']['uuid'] == second]
     assert deleted['state'] == 'Deleted'
     [error] = listener.of('accelerator.arq.bind.error')
-    assert 'no deployable' in error['payload']['cyborg_object.data'][
+    assert error['payload']['cyborg_object.data']['uuid'] == doomed
+    assert 'the card is on fire' in error['payload']['cyborg_object.data'][
         'reason']
     assert len(listener.of('accelerator.device.delete')) == 1
     health = [n['payload']['cyborg_object.data'] for n in

@@ -81,8 +81,8 @@ def test_waiting_patches_go_in_one_call(seeded, db_engine, fake_nova,
     # Each item: (binds, unbinds); the first two are held alone, one in
     # each of the two slots, the others leave together: a PATCH naming an
     # unknown ARQ and one binding an
-    # instance that another PATCH of the batch binds fail alone, and a bind
-    # to an unknown provider ends BindFailed without failing its PATCH.
+    # instance that another PATCH of the batch binds fail alone, and so does
+    # a bind to an unknown provider (refused, 409), nothing of it written.
     patches = [
         {first: _binding(node, rp_uuid, str(uuid.uuid4()))},
         {good1: _binding(node, rp_uuid, str(uuid.uuid4()))},
@@ -117,7 +117,11 @@ def test_waiting_patches_go_in_one_call(seeded, db_engine, fake_nova,
     assert results[:2] == [None, None]
     assert isinstance(results[2], exception.ARQNotFound)
     assert results[2].code == 404 and unknown in str(results[2])
-    assert results[3:5] == [None, None]
+    assert isinstance(results[3], exception.BindRefused)
+    assert results[3].code == 409
+    assert f'{missing_rp}: no deployable has this resource provider' in str(
+        results[3])
+    assert results[4] is None
     assert isinstance(results[5], exception.Invalid)
     assert results[5].code == 400
     assert f'instance {taken}' in str(results[5])
@@ -126,20 +130,20 @@ def test_waiting_patches_go_in_one_call(seeded, db_engine, fake_nova,
     for arq in (first, good1, good3):
         assert states[arq][0] == 'Bound'
     assert states[good2] == ('Bound', taken)
-    assert states[missing_rp][0] == 'BindFailed'
+    assert states[missing_rp] == ('Initial', None)
     assert states[twice] == ('Initial', None)
-    # One event per bind; the three binds that ended in the batch in one
-    # POST (the held PATCHes' events go in POSTs of their own, or join
+    # One event per bind made; the two binds that ended in the batch in
+    # one POST (the held PATCHes' events go in POSTs of their own, or join
     # it: a conductor joins the events its threads send at once).
-    _wait_until(lambda: len(fake_nova.events()) == 5)
+    _wait_until(lambda: len(fake_nova.events()) == 4)
     events = {e['tag']: e['status'] for p in fake_nova.posts()
               for e in p.body['events']}
     assert events == {first: 'completed', good1: 'completed',
-                      missing_rp: 'failed', good2: 'completed',
+                      good2: 'completed',
                       good3: 'completed'}
     [batch] = [p for p in fake_nova.posts()
                if good3 in {e['tag'] for e in p.body['events']}]
-    assert {missing_rp, good2, good3} <= {
+    assert {good2, good3} <= {
         e['tag'] for e in batch.body['events']}
 
 
@@ -173,6 +177,53 @@ def test_one_transaction_for_the_batch(seeded, monkeypatch):
     # The batch, then each alone.
     assert applied == [2, 2, 1, 1]
     assert arqs.get(ctx, created[0])['state'] == 'Unbound'
+
+
+def test_a_refused_patch_leaves_its_neighbours_whole(
+        seeded, db_engine, monkeypatch):
+    """A PATCH refused for a bind that cannot be made is refused alone:
+    the PATCHes batched with it bind as if it had not come, and nothing
+    of it is written, not even the handle its good bind took."""
+    api, rp_uuid, created = seeded
+    ctx = cyborg_context.get_admin_context()
+    api.conf.set_override('accelerators_per_device', 3, 'fake_driver')
+    # Three handles: the two neighbours and the refused PATCH's good bind
+    # need all of them in the batch's transaction.
+    [device] = api.seed('cmp2', agent=False)
+    small = device['deployables'][0]['rp_uuid']
+    applied: list[int] = []
+    together = arq_batches._together
+
+    def counted(context, items, one):
+        applied.append(len(items))
+        return together(context, items, one)
+
+    monkeypatch.setattr(arq_batches, '_together', counted)
+    before, mixed, after = created[0], created[1:3], created[3]
+    refused = arq_batches.Patch({
+        mixed[0]: _binding('cmp2', small, str(uuid.uuid4())),
+        mixed[1]: _binding('cmp2', str(uuid.uuid4()), str(uuid.uuid4()))},
+        [])
+    results = arq_batches.apply_patches(ctx, [
+        arq_batches.Patch({before: _binding('cmp2', small, 'i-1')}, []),
+        refused,
+        arq_batches.Patch({after: _binding('cmp2', small, 'i-2')}, [])])
+    assert applied == [3, 1, 1, 1]
+    assert results[0].states == {before: 'Bound'}
+    assert results[2].states == {after: 'Bound'}
+    assert isinstance(results[1], exception.BindRefused)
+    assert results[1].code == 409
+    assert str(results[1]).endswith(
+        f'Accelerator request {mixed[1]}: no deployable has this resource '
+        'provider.')
+    states = _states(db_engine)
+    assert [states[u] for u in (before, *mixed, after)] == [
+        ('Bound', 'i-1'), ('Initial', None), ('Initial', None),
+        ('Bound', 'i-2')]
+    # The handle the refused PATCH's good bind took is free again.
+    again = arq_batches.apply_patches(ctx, [arq_batches.Patch(
+        {mixed[0]: _binding('cmp2', small, 'i-3')}, [])])
+    assert again[0].states == {mixed[0]: 'Bound'}
 
 
 def test_an_older_conductor_gets_each_patch_alone(seeded, db_engine,

@@ -4,6 +4,7 @@ import uuid
 
 import pytest
 
+from cyborg.tests.fakes.fixtures import glance_conf
 from cyborg.tests.functional.api.fixtures import ADMIN
 from cyborg.tests.functional.api.fixtures import SERVICE
 from cyborg.tests.functional.api.fixtures import user
@@ -176,19 +177,118 @@ def test_deleting_a_bound_arq_needs_a_service_token(api, seeded):
                    headers=SERVICE, status=204)
 
 
-def test_bind_failures_end_bindfailed(api, seeded):
+def _states(api):
+    return {a['uuid']: (a['state'], a['instance_uuid']) for a in api.app.get(
+        '/v2/accelerator_requests', headers=ADMIN).json['arqs']}
+
+
+def _refused(api, body):
+    """PATCH ``body``: refused with 409, and why."""
+    return _fault(api.app.patch_json('/v2/accelerator_requests', body,
+                                     headers=SERVICE, status=409))
+
+
+def test_a_bind_that_cannot_be_made_refuses_its_patch(api, seeded):
+    # Nova turns an error answer into AcceleratorRequestBindingFailed and
+    # fails the build; a 202 followed by BindFailed booted the server
+    # without its device.
     arqs = _create(api)
     other_rp = str(uuid.uuid4())
-    api.app.patch_json('/v2/accelerator_requests',
-                       _bind_body(arqs, 'node1', other_rp),
-                       headers=SERVICE, status=202)
+    fault = _refused(api, _bind_body(arqs, 'node1', other_rp))
+    assert fault == (
+        f'Cannot bind accelerator request(s) {arqs[0]["uuid"]}; nothing of '
+        'this PATCH was applied. Accelerator request '
+        f'{arqs[0]["uuid"]}: no deployable has this resource provider.')
     arq = api.app.get(f'/v2/accelerator_requests/{arqs[0]["uuid"]}',
                       headers=ADMIN).json
-    assert arq['state'] == 'BindFailed'
+    assert (arq['state'], arq['instance_uuid'], arq['hostname'],
+            arq['device_rp_uuid']) == ('Initial', None, None, None)
     assert arq['attach_handle_info'] == {}
+    # The same requests bind once the PATCH names what exists.
+    api.app.patch_json('/v2/accelerator_requests',
+                       _bind_body(arqs, 'node1', seeded['rp_uuid']),
+                       headers=SERVICE, status=202)
+    assert _states(api) == {arqs[0]['uuid']: ('Bound', INSTANCE)}
 
 
-def test_no_free_handle_ends_bindfailed(api):
+def test_one_refused_bind_refuses_every_bind_of_its_patch(api):
+    api.conf.set_override('accelerators_per_device', 1, 'fake_driver')
+    first, second = (d['deployables'][0]
+                     for d in api.seed('cmp1', count=2, hostname='node1'))
+    api.dp('dp1')
+    taken, good, short = _create(api), _create(api), _create(api)
+    api.app.patch_json('/v2/accelerator_requests',
+                       _bind_body(taken, 'node1', first['rp_uuid'],
+                                  str(uuid.uuid4())),
+                       headers=SERVICE, status=202)
+    body = {**_bind_body(good, 'node1', second['rp_uuid']),
+            **_bind_body(short, 'node1', first['rp_uuid'])}
+    fault = _refused(api, body)
+    assert fault.endswith(
+        f'Accelerator request {short[0]["uuid"]}: the deployable has no '
+        'free attach handle.')
+    assert good[0]['uuid'] not in fault.partition('applied.')[2]
+    states = _states(api)
+    assert states[good[0]['uuid']] == ('Initial', None)
+    assert states[short[0]['uuid']] == ('Initial', None)
+    # The handle the good bind took in the refused PATCH was given back.
+    api.app.patch_json('/v2/accelerator_requests',
+                       _bind_body(good, 'node1', second['rp_uuid']),
+                       headers=SERVICE, status=202)
+    assert _states(api)[good[0]['uuid']] == ('Bound', INSTANCE)
+
+
+def test_each_reason_is_named(api, seeded):
+    arqs = _create(api) + _create(api)
+    other = str(uuid.uuid4())
+    body = {**_bind_body(arqs[:1], 'node2', seeded['rp_uuid']),
+            **_bind_body(arqs[1:], 'node1', other)}
+    fault = _refused(api, body)
+    first, second = sorted(a['uuid'] for a in arqs)
+    assert f'request(s) {first}, {second};' in fault
+    assert (f'Accelerator request {arqs[0]["uuid"]}: the deployable is on '
+            'node1, not node2.') in fault
+    assert (f'Accelerator request {arqs[1]["uuid"]}: no deployable has '
+            'this resource provider.') in fault
+    assert set(_states(api).values()) == {('Initial', None)}
+
+
+@pytest.mark.parametrize('change, reason', [
+    ('disable', 'the device is disabled'),
+    ('unhealthy', 'the device is unhealthy: fan failure'),
+])
+def test_a_device_that_cannot_serve_refuses(api, change, reason):
+    [device] = api.seed('cmp1', hostname='node1')
+    api.dp('dp1')
+    if change == 'disable':
+        api.app.post(f'/v2/devices/{device["uuid"]}/disable',
+                     headers=ADMIN, status=200)
+    else:
+        api.app.put_json(f'/v2/devices/{device["uuid"]}/health',
+                         {'state': 'unhealthy', 'reason': 'fan failure'},
+                         headers=version('2.6'), status=200)
+    arqs = _create(api)
+    fault = _refused(api, _bind_body(arqs, 'node1',
+                                     device['deployables'][0]['rp_uuid']))
+    assert fault.endswith(f'{arqs[0]["uuid"]}: {reason}.')
+    assert _states(api) == {arqs[0]['uuid']: ('Initial', None)}
+
+
+def test_a_function_no_image_provides_refuses(api, seeded, fake_glance):
+    glance_conf(api.conf, fake_glance)
+    fake_glance.add_image(b'x', properties={'accel:function_id': 'other'})
+    api.dp('fn', [{'resources:FPGA': '1',
+                   'accel:function_id': 'no-such-function'}])
+    arqs = _create(api, 'fn')
+    fault = _refused(api, _bind_body(arqs, 'node1', seeded['rp_uuid']))
+    assert fault.endswith(
+        f'{arqs[0]["uuid"]}: no image provides function no-such-function: '
+        'Bitstream with accel:function_id=no-such-function (0 images found) '
+        'could not be found in the image service.')
+    assert _states(api) == {arqs[0]['uuid']: ('Initial', None)}
+
+
+def test_no_free_handle_refuses_the_patch(api):
     api.conf.set_override('accelerators_per_device', 1, 'fake_driver')
     dep = api.seed('cmp1', hostname='node1')[0]['deployables'][0]
     api.dp('dp1')
@@ -197,13 +297,13 @@ def test_no_free_handle_ends_bindfailed(api):
                        _bind_body(first, 'node1', dep['rp_uuid']),
                        headers=SERVICE, status=202)
     other = '11111111-2222-3333-4444-555555555555'
-    api.app.patch_json('/v2/accelerator_requests',
-                       _bind_body(second, 'node1', dep['rp_uuid'], other),
-                       headers=SERVICE, status=202)
-    states = {a['uuid']: a['state'] for a in api.app.get(
-        '/v2/accelerator_requests', headers=ADMIN).json['arqs']}
-    assert states == {first[0]['uuid']: 'Bound',
-                      second[0]['uuid']: 'BindFailed'}
+    fault = _refused(api, _bind_body(second, 'node1', dep['rp_uuid'], other))
+    assert fault.endswith('the deployable has no free attach handle.')
+    assert _states(api) == {first[0]['uuid']: ('Bound', INSTANCE),
+                            second[0]['uuid']: ('Initial', None)}
+    # Nova deletes the requests of a refused PATCH.
+    api.app.delete(f'/v2/accelerator_requests?arqs={second[0]["uuid"]}',
+                   headers=SERVICE, status=204)
 
 
 def test_instance_with_arqs_cannot_bind_more(api, seeded):
@@ -248,16 +348,18 @@ def test_a_bind_sent_again_is_accepted_and_changes_nothing(api, seeded):
 
 
 def test_resolved_with_unresolved_arqs_is_423(api, seeded):
-    # An ARQ that failed to bind is resolved; one still Initial is not.
+    # A bound ARQ is resolved; one still Initial is not.
     arqs = _create(api)
     api.app.get(f'/v2/accelerator_requests?instance={INSTANCE}'
                 '&bind_state=resolved', headers=ADMIN, status=200)
+    assert api.app.get('/v2/accelerator_requests?bind_state=resolved',
+                       headers=ADMIN).json['arqs'] == []
     api.app.patch_json('/v2/accelerator_requests',
-                       _bind_body(arqs, 'node1', str(uuid.uuid4())),
+                       _bind_body(arqs, 'node1', seeded['rp_uuid']),
                        headers=SERVICE, status=202)
     resolved = api.app.get('/v2/accelerator_requests?bind_state=resolved',
                            headers=ADMIN).json['arqs']
-    assert [a['state'] for a in resolved] == ['BindFailed']
+    assert [a['state'] for a in resolved] == ['Bound']
     api.app.get('/v2/accelerator_requests?bind_state=bound', headers=ADMIN,
                 status=500)
     api.app.get('/v2/accelerator_requests?bind_state=bound',

@@ -117,14 +117,15 @@ def test_json_bodies_are_read_with_or_without_a_content_type(
 
 
 def test_an_arq_bind_without_a_content_type(api):
-    api.seed('cmp1')
+    [device] = api.seed('cmp1')
     api.dp('dp1')
     arq = api.app.post_json('/v2/accelerator_requests',
                             {'device_profile_name': 'dp1'},
                             headers=ADMIN).json['arqs'][0]
     patch = {arq['uuid']: [
         {'op': 'add', 'path': '/hostname', 'value': 'cmp1'},
-        {'op': 'add', 'path': '/device_rp_uuid', 'value': arq['uuid']},
+        {'op': 'add', 'path': '/device_rp_uuid',
+         'value': device['deployables'][0]['rp_uuid']},
         {'op': 'add', 'path': '/instance_uuid', 'value': MISSING}]}
     response = _send(api, 'PATCH', '/v2/accelerator_requests',
                      json.dumps(patch).encode(), headers=SERVICE)

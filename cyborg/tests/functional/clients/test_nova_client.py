@@ -206,6 +206,57 @@ def test_cleanup_after_a_failed_bind(live_api, start_nova, rp_uuid):
     assert _calls(live_api)[-1].status == 404
 
 
+def _refused_then_cleaned_up(live_api, nova, arqs, bindings):
+    """Nova's conductor after a PATCH its client says failed: the
+    requests are left as they were, and it deletes them."""
+    with pytest.raises(NovaError) as raised:
+        nova('bind_arqs', bindings)
+    assert raised.value.name == 'AcceleratorRequestBindingFailed'
+    patch = _calls(live_api)[-1]
+    assert (patch.method, patch.status) == ('PATCH', 409)
+    for arq in arqs:
+        left = nova('get_arq_by_uuid', arq['uuid'])
+        assert (left['state'], left['instance_uuid']) == ('Initial', None)
+    uuids = [a['uuid'] for a in arqs]
+    assert nova('delete_arqs_by_uuid', uuids) is None
+    assert _calls(live_api)[-1].status == 204
+
+
+def test_a_function_no_image_provides_fails_the_bind(live_api, start_nova,
+                                                     rp_uuid, fake_glance):
+    from cyborg.tests.fakes.fixtures import glance_conf
+    glance_conf(live_api.conf, fake_glance)
+    live_api.dp('fn', [{'resources:FPGA': '1',
+                        'trait:CUSTOM_FAKE_DEVICE': 'required',
+                        'accel:function_id': 'no-such-function'}])
+    nova = start_nova()
+    [arq] = nova('create_arqs', 'fn')
+    _refused_then_cleaned_up(live_api, nova, [arq], {arq['uuid']: {
+        'hostname': 'node1', 'device_rp_uuid': rp_uuid,
+        'instance_uuid': INSTANCE}})
+
+
+def test_a_device_without_a_free_handle_fails_the_bind(live_api,
+                                                       start_nova):
+    live_api.conf.set_override('accelerators_per_device', 1, 'fake_driver')
+    [device] = live_api.seed('cmp1', hostname='node1')
+    live_api.dp('dp1', GROUPS)
+    rp = device['deployables'][0]['rp_uuid']
+    nova = start_nova()
+    [first] = nova('create_arqs', 'dp1')
+    nova('bind_arqs', {first['uuid']: {
+        'hostname': 'node1', 'device_rp_uuid': rp,
+        'instance_uuid': INSTANCE}})
+    # Placement's view was stale: a second server on the same device.
+    other = '3f2ad7e1-5b5e-4a7f-8a3f-1b2c3d4e5f61'
+    arqs = nova('create_arqs', 'dp1') + nova('create_arqs', 'dp1')
+    _refused_then_cleaned_up(live_api, nova, arqs, {a['uuid']: {
+        'hostname': 'node1', 'device_rp_uuid': rp,
+        'instance_uuid': other} for a in arqs})
+    [bound] = nova('get_arqs_for_instance', INSTANCE, True)
+    assert bound['state'] == 'Bound'
+
+
 def test_bind_without_a_service_token(live_api, start_nova, rp_uuid):
     nova = start_nova(service_token=False)
     [arq] = nova('create_arqs', 'dp1')
