@@ -51,7 +51,7 @@ def arqs_of(engine: sa.engine.Engine, instance: str) -> list[dict[str, Any]]:
     with engine.connect() as conn:
         return [dict(row._mapping) for row in conn.execute(
             sa.select(ARQ.uuid, ARQ.state, ARQ.hostname, ARQ.device_rp_uuid,
-                      ARQ.attach_handle_id).where(
+                      ARQ.attach_handle_id, ARQ.project_id).where(
                 ARQ.instance_uuid == instance))]
 
 
@@ -59,3 +59,9 @@ def handles_in_use(engine: sa.engine.Engine) -> int:
     with engine.connect() as conn:
         return int(conn.execute(sa.select(sa.func.count()).select_from(
             AH).where(AH.in_use.is_(True))).scalar_one())
+
+
+def handle_in_use(engine: sa.engine.Engine, handle_id: int) -> bool:
+    with engine.connect() as conn:
+        return bool(conn.execute(sa.select(AH.in_use).where(
+            AH.id == handle_id)).scalar_one())

@@ -138,12 +138,11 @@ class NovaStack(keystone_lib.KeystoneStack):
         gate_stack.wait_for(self.glance.up, 'glance', 60)
         admin = keystone.admin_session()
         roots = gate_stack.wait_for(
-            lambda: self._compute_nodes(admin),
+            lambda: self.compute_nodes(admin),
             'nova-compute to register both nodes in placement', 180, 1)
         step = self._timed('nova', step)
-        for host, agent in HOSTS.items():
-            self.add_agent(agent, host, FAKE_DEVICES, ACCELERATORS,
-                           extra={'glance': cyborg_auth})
+        for host in HOSTS:
+            self.add_host_agent(host)
         self.start(*HOSTS.values())
         self.ready('conductor', *HOSTS.values(), timeout=120)
         gate_stack.wait_for(self.api_up, 'cyborg-api', 60)
@@ -155,14 +154,39 @@ class NovaStack(keystone_lib.KeystoneStack):
         self._timed('cyborg', step)
         self.timings['total'] = round(time.monotonic() - started, 1)
 
+    def add_host_agent(self, host: str,
+                       extra: dict[str, dict[str, Any]] | None = None
+                       ) -> gate_stack.Process:
+        """(Re)define the cyborg-agent of compute host ``host``; ``extra``
+        adds options, e.g. ``{'fake_driver': {'program_fail': 'true'}}``."""
+        sections: dict[str, dict[str, Any]] = {
+            'glance': self.keystone.password_auth('cyborg')}
+        for section, values in (extra or {}).items():
+            sections[section] = {**sections.get(section, {}), **values}
+        return self.add_agent(HOSTS[host], host, FAKE_DEVICES, ACCELERATORS,
+                              extra=sections)
+
+    def restart_agents(self, extra: dict[str, dict[str, Any]] | None = None
+                       ) -> None:
+        """Stop every cyborg-agent, start it again with ``extra``, and wait
+        until each listens."""
+        agents = tuple(HOSTS.values())
+        codes = self.stop(*agents)
+        assert codes == dict.fromkeys(agents, 0), codes
+        for host in HOSTS:
+            self.add_host_agent(host, extra)
+        self.start(*agents)
+        self.ready(*agents)
+
     def placement(self, admin: requests.Session, path: str) -> Any:
         answer = admin.get(self.placement_url + path, timeout=30, headers={
             'OpenStack-API-Version': 'placement 1.39'})
         answer.raise_for_status()
         return answer.json()
 
-    def _compute_nodes(self, admin: requests.Session
-                       ) -> dict[str, str] | None:
+    def compute_nodes(self, admin: requests.Session
+                      ) -> dict[str, str] | None:
+        """The compute nodes' providers by host, once both exist."""
         found = {rp['name']: rp['uuid'] for rp in self.placement(
             admin, '/resource_providers')['resource_providers']}
         if all(host in found for host in HOSTS):
