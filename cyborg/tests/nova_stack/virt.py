@@ -15,8 +15,10 @@ from nova.virt import fake
 from cyborg.tests.nova_stack import spawns
 
 
-class RecordingDriver(fake.FakeDriver):
-    """FakeDriver whose spawn and reboot record their ``accel_info``."""
+class RecordingDriver(fake.FakeDriverWithoutFakeNodes):
+    """Nova's fake driver with a stable node identity (its uuid kept in
+    the state path, so that nova-compute starts again after a stop), whose
+    spawn and reboot record their ``accel_info``."""
 
     def _record(self, call: str, instance: Any, accel_info: Any) -> None:
         path = os.environ.get(spawns.LOG_ENV)
