@@ -7,14 +7,18 @@ the fake virt driver, cyborg's API, conductor and two agents, each a
 process) on MariaDB and RabbitMQ, then ``--boots`` times, alternating, a
 project member boots a server of the flavor ``fpga1`` (one fake FPGA) and
 one of the flavor ``plain`` (the same flavor without
-``accel:device_profile``) through openstacksdk, waits until it is ACTIVE,
+``accel:device_profile``) through openstacksdk, waits until it is ACTIVE
+(reading its status every 50 ms),
 and deletes it (unmeasured). It prints the medians of the boot times and,
 per boot, the CPU seconds each cyborg process used from the create call
 until ACTIVE (utime + stime from ``/proc``, ``api.cpu_used``), and how
 long the deployment took to come up. MariaDB and RabbitMQ are read from
 CYBORG_TEST_MYSQL_URL and CYBORG_TEST_RABBIT_URL.
 
-    tox -e nova -- ... or: python tools/bench/nova_boot.py --boots 10
+    .tox/nova/bin/python tools/bench/nova_boot.py --boots 10
+
+(any environment with Nova, Keystone, Glance and placement installed,
+as ``tox -e nova`` makes).
 """
 import argparse
 import collections
@@ -38,6 +42,9 @@ from cyborg.tests.nova_stack import stack as stack_lib  # noqa: E402
 PROFILES = {'bench-fpga': [{'resources:FPGA': '1',
                             'trait:CUSTOM_FAKE_DEVICE': 'required'}]}
 FLAVORS = {'fpga1': 'bench-fpga', 'plain': None}
+# Seconds between two reads of the server's status while it boots: the
+# resolution of the boot times.
+POLL = 0.05
 # cyborg's processes in the stack, by the label they are reported under.
 CYBORG = ('api', 'conductor', *stack_lib.HOSTS.values())
 
@@ -48,7 +55,7 @@ def _boot(cloud: cloud_lib.Cloud, flavor: str,
     meanwhile; the server is deleted afterwards."""
     before = api.cpu_used(sessions)
     started = time.monotonic()
-    server = cloud.boot(flavor)
+    server = cloud.boot(flavor, interval=POLL)
     took = time.monotonic() - started
     used = api.cpu_used(sessions)
     used.subtract(before)

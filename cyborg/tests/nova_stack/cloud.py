@@ -53,20 +53,23 @@ class Cloud:
             raise
 
     def boot(self, flavor: str, wait: bool = True,
-             status: str = 'ACTIVE') -> Any:
+             status: str = 'ACTIVE', interval: float = 2) -> Any:
         """A server of ``flavor`` created by the member, once it is in
-        ``status`` (ACTIVE or ERROR; the other one fails at once)."""
+        ``status`` (ACTIVE or ERROR; the other one fails at once),
+        polled every ``interval`` seconds."""
         server = self.member.compute.create_server(
             name=f'{flavor}-{uuid.uuid4().hex[:6]}', image_id=self.image,
             flavor_id=self.flavors[flavor], networks='none')
         if not wait:
             return server
-        return self.wait(server, status)
+        return self.wait(server, status, interval)
 
-    def wait(self, server: Any, status: str = 'ACTIVE') -> Any:
+    def wait(self, server: Any, status: str = 'ACTIVE',
+             interval: float = 2) -> Any:
         failures = ['ACTIVE'] if status == 'ERROR' else ['ERROR']
         return self.member.compute.wait_for_server(
-            server, status=status, failures=failures, wait=SERVER_WAIT)
+            server, status=status, failures=failures, interval=interval,
+            wait=SERVER_WAIT)
 
     @contextlib.contextmanager
     def server(self, flavor: str, status: str = 'ACTIVE') -> Iterator[Any]:

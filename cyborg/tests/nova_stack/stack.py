@@ -136,6 +136,7 @@ class NovaStack(keystone_lib.KeystoneStack):
                    *(f'nova-compute-{host}' for host in HOSTS))
         gate_stack.wait_for(self.placement_up, 'placement', 60)
         gate_stack.wait_for(self.glance.up, 'glance', 60)
+        gate_stack.wait_for(self.nova.api_up, 'nova-api', 120)
         admin = keystone.admin_session()
         roots = gate_stack.wait_for(
             lambda: self.compute_nodes(admin),
@@ -210,6 +211,3 @@ class NovaStack(keystone_lib.KeystoneStack):
         answer = admin.get(self.nova.url + '/os-hypervisors', timeout=30)
         return answer.status_code == 200 and len(
             answer.json()['hypervisors']) == len(HOSTS)
-
-    def nova_up(self) -> bool:
-        return self.nova.api_up()
