@@ -3,8 +3,9 @@ ports (``--nic none``).
 
 Real Neutron needs an ML2 mechanism and its agents (OVS or OVN) to bind
 anything; Nova asks it nothing but lists for a server created with
-``networks='none'``: its extensions, and the ports of the instance on
-delete and on every network-info refresh. This server answers every
+``networks='none'``: its extensions, the instance's ports (on every
+network-info refresh, action and delete) and the project's networks (on
+a refresh). This server answers every
 ``GET /v2.0/<collection>`` with an empty list, version discovery with a
 version document, and anything else with a 404 that it logs as
 ``UNANSWERED``, so that a test sees a question it does not know.
