@@ -127,12 +127,13 @@ def application() -> WSGIApp:
     return admin_token
 
 
-def ensure_demo_image(url: str) -> str:
+def ensure_demo_image(url: str, token: str = aio_child.TOKEN) -> str:
     """The id of the demo bitstream image in the Glance at ``url``,
-    created and uploaded unless an active one is there from an earlier
-    run. One cut short (not active) is deleted and made again."""
+    created and uploaded (as the administrator whose token is ``token``)
+    unless an active one is there from an earlier run. One cut short
+    (not active) is deleted and made again."""
     client = aio_child.session()
-    client.headers['X-Auth-Token'] = aio_child.TOKEN
+    client.headers['X-Auth-Token'] = token
     listed = client.get(f'{url}/v2/images',
                         params={'name': DEMO_IMAGE_NAME}, timeout=10)
     listed.raise_for_status()

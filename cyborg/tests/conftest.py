@@ -42,6 +42,17 @@ def pytest_configure(config) -> None:
         'markers', 'flow: a multi-process flow (gate_stack.backends)')
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """The Nova gate (marker ``nova``) starts some twenty processes for
+    minutes: only a run whose ``-m`` expression names it selects it."""
+    if 'nova' in (config.option.markexpr or ''):
+        return
+    gate = [item for item in items if item.get_closest_marker('nova')]
+    if gate:
+        config.hook.pytest_deselected(items=gate)
+        items[:] = [item for item in items if item not in gate]
+
+
 def services_required() -> bool:
     return os.environ.get('CYBORG_TEST_REQUIRE_SERVICES') == '1'
 

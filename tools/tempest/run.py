@@ -20,20 +20,14 @@ The database and broker addresses are read from CYBORG_TEST_MYSQL_URL and
 CYBORG_TEST_RABBIT_URL, as the test suite does.
 """
 import argparse
-import grp
 import os
 import pathlib
-import pwd
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.parse
-import uuid
-from typing import Any
 
-import requests
 import sqlalchemy as sa
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -42,229 +36,18 @@ sys.path.insert(0, str(ROOT))
 from cyborg.db import migration  # noqa: E402
 from cyborg.tests import utils  # noqa: E402
 from cyborg.tests.functional import gate_stack  # noqa: E402
-
-MYSQL_URL = os.environ.get('CYBORG_TEST_MYSQL_URL',
-                           'mysql+pymysql://root@127.0.0.1:3306/')
-RABBIT_URL = os.environ.get('CYBORG_TEST_RABBIT_URL',
-                            'rabbit://guest:guest@127.0.0.1:5672/')
-REGION = 'RegionOne'
-ADMIN_PASSWORD = 'tempest-admin-' + uuid.uuid4().hex[:8]
-SERVICE_PASSWORD = 'cyborg-service-' + uuid.uuid4().hex[:8]
+from cyborg.tests.nova_stack import backing  # noqa: E402
+from cyborg.tests.nova_stack import keystone as keystone_lib  # noqa: E402
+from cyborg.tests.nova_stack.keystone import Keystone  # noqa: E402
 
 # Tests left out of the run, each with the reason. The API tests need no
 # Nova; none is excluded at present.
 EXCLUDED: dict[str, str] = {}
 
-# keystone parses the command line itself: the port comes after it.
-_SERVE_KEYSTONE = '''
-import sys, waitress
-port = int(sys.argv.pop())
-import keystone.wsgi.api as api
-waitress.serve(api.application, host="127.0.0.1", port=port,
-               threads=8, _quiet=True)
-'''
-
 
 def log(message: str) -> None:
     print(f'[tempest-api {time.strftime("%H:%M:%S")}] {message}',
           flush=True)
-
-
-def bin_path(name: str) -> str:
-    path = pathlib.Path(sys.executable).parent / name
-    if not path.exists():
-        raise SystemExit(f'{name} is not installed next to '
-                         f'{sys.executable}; run through tox -e tempest-api')
-    return str(path)
-
-
-class Database:
-    """A throw-away MariaDB database, created and dropped here."""
-
-    def __init__(self, server_url: str, prefix: str) -> None:
-        self.name = f'{prefix}_{uuid.uuid4().hex[:12]}'
-        base = sa.engine.make_url(server_url)
-        self.admin = sa.create_engine(base.set(database=None),
-                                      isolation_level='AUTOCOMMIT')
-        self.url = base.set(database=self.name).render_as_string(
-            hide_password=False)
-
-    def create(self) -> None:
-        with self.admin.connect() as conn:
-            conn.execute(sa.text(f'CREATE DATABASE {self.name}'))
-
-    def drop(self) -> None:
-        with self.admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS {self.name}'))
-        self.admin.dispose()
-
-
-class VirtualHost:
-    """A RabbitMQ virtual host of our own, when rabbitmqctl is at hand."""
-
-    def __init__(self, url: str) -> None:
-        self.parsed = urllib.parse.urlsplit(url)
-        self.name = f'cyborg-tempest-{uuid.uuid4().hex[:12]}'
-        self.url = url
-        self.created = False
-
-    @staticmethod
-    def _ctl(*args: str) -> None:
-        subprocess.run(['rabbitmqctl', *args], check=True, timeout=60,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def create(self) -> str:
-        try:
-            self._ctl('add_vhost', self.name)
-            self.created = True
-            self._ctl('set_permissions', '-p', self.name,
-                      self.parsed.username or 'guest', '.*', '.*', '.*')
-        except (OSError, subprocess.SubprocessError):
-            # A remote broker: share its default virtual host.
-            return self.url
-        return urllib.parse.urlunsplit(
-            self.parsed._replace(path=f'/{self.name}'))
-
-    def delete(self) -> None:
-        if self.created:
-            try:
-                self._ctl('delete_vhost', self.name)
-            except (OSError, subprocess.SubprocessError) as exc:
-                log(f'could not delete virtual host {self.name}: {exc}')
-
-
-class Keystone:
-    """keystone-manage to set it up, then the WSGI app under waitress."""
-
-    def __init__(self, stack: 'TempestStack', database_url: str) -> None:
-        self.stack = stack
-        self.workdir = stack._dir('keystone')
-        self.port = gate_stack.free_port()
-        self.url = f'http://127.0.0.1:{self.port}'
-        self.conf = gate_stack.write_conf(self.workdir / 'keystone.conf', {
-            'DEFAULT': {'log_file': str(stack.workdir / 'keystone.log')},
-            # SQLite would fail tempest's concurrent credential set-ups
-            # with "database is locked".
-            'database': {'connection': database_url},
-            'token': {'provider': 'fernet'},
-            # Every user lives for one run: bcrypt's fewest rounds spare
-            # tempest's credential set-ups and the tenancy probes some
-            # 0.25 s of hashing per password set or checked.
-            'identity': {'password_hash_rounds': '4'},
-            'fernet_tokens': {'key_repository':
-                              str(self.workdir / 'fernet-keys')},
-            'fernet_receipts': {'key_repository':
-                                str(self.workdir / 'fernet-keys')},
-            'credential': {'key_repository':
-                           str(self.workdir / 'credential-keys')}})
-
-    def manage(self, *args: str) -> None:
-        with open(self.stack.workdir / 'keystone-manage.log', 'ab') as out:
-            subprocess.run([bin_path('keystone-manage'), '--config-file',
-                            str(self.conf), *args], check=True,
-                           stdout=out, stderr=subprocess.STDOUT,
-                           cwd=self.workdir)
-
-    def setup(self) -> None:
-        for directory in ('fernet-keys', 'credential-keys'):
-            (self.workdir / directory).mkdir(mode=0o700, exist_ok=True)
-        self.manage('db_sync')
-        owner = ['--keystone-user', pwd.getpwuid(os.getuid()).pw_name,
-                 '--keystone-group', grp.getgrgid(os.getgid()).gr_name]
-        self.manage('fernet_setup', *owner)
-        self.manage('credential_setup', *owner)
-        self.manage('bootstrap',
-                    '--bootstrap-password', ADMIN_PASSWORD,
-                    '--bootstrap-admin-url', self.url + '/v3',
-                    '--bootstrap-internal-url', self.url + '/v3',
-                    '--bootstrap-public-url', self.url + '/v3',
-                    '--bootstrap-region-id', REGION)
-
-    def process(self) -> gate_stack.Process:
-        return self.stack._add(
-            'keystone', 'keystone',
-            [sys.executable, '-c', _SERVE_KEYSTONE, str(self.port)],
-            cwd=self.workdir,
-            env={'OS_KEYSTONE_CONFIG_DIR': str(self.workdir)})
-
-    def up(self) -> bool:
-        if not self.stack.processes['keystone'].running:
-            raise RuntimeError('keystone exited')
-        try:
-            return requests.get(self.url + '/v3',
-                                timeout=2).status_code == 200
-        except requests.RequestException:
-            return False
-
-    def admin_session(self) -> requests.Session:
-        body = {'auth': {
-            'identity': {'methods': ['password'], 'password': {'user': {
-                'name': 'admin', 'domain': {'id': 'default'},
-                'password': ADMIN_PASSWORD}}},
-            'scope': {'project': {'name': 'admin',
-                                  'domain': {'id': 'default'}}}}}
-        response = requests.post(self.url + '/v3/auth/tokens', json=body,
-                                 timeout=30)
-        response.raise_for_status()
-        session = requests.Session()
-        session.headers['X-Auth-Token'] = response.headers['X-Subject-Token']
-        return session
-
-    def register(self, api_url: str) -> None:
-        """The cyborg service user and the accelerator endpoints."""
-        session = self.admin_session()
-
-        def call(method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-            response = session.request(method, self.url + '/v3' + path,
-                                       timeout=30, **kwargs)
-            if response.status_code >= 300:
-                raise RuntimeError(f'{method} {path}: {response.status_code}'
-                                   f' {response.text}')
-            return response.json() if response.content else {}
-
-        roles = {r['name']: r['id'] for r in call('GET', '/roles')['roles']}
-        project = call('POST', '/projects', json={'project': {
-            'name': 'service', 'domain_id': 'default'}})['project']
-        user = call('POST', '/users', json={'user': {
-            'name': 'cyborg', 'domain_id': 'default',
-            'password': SERVICE_PASSWORD}})['user']
-        for role in ('admin', 'service'):
-            call('PUT', f'/projects/{project["id"]}/users/{user["id"]}'
-                        f'/roles/{roles[role]}')
-        service = call('POST', '/services', json={'service': {
-            'name': 'cyborg', 'type': 'accelerator',
-            'description': 'Accelerator management'}})['service']
-        for interface in ('public', 'internal', 'admin'):
-            call('POST', '/endpoints', json={'endpoint': {
-                'service_id': service['id'], 'interface': interface,
-                'region_id': REGION, 'url': api_url}})
-
-
-class TempestStack(gate_stack.Stack):
-    """The gate's stack, with cyborg-api behind Keystone."""
-
-    def add_keystone_api(self, keystone: Keystone) -> gate_stack.Process:
-        return self._service('api', 'api', {
-            'DEFAULT': self._default(
-                'api', rpc_response_timeout=gate_stack.RPC_TIMEOUT),
-            'database': {'connection': self.database_url},
-            'api': {'host_ip': '127.0.0.1', 'port': self.api_port,
-                    'auth_strategy': 'keystone',
-                    'require_service_token': 'true'},
-            'oslo_policy': {'enforce_new_defaults': 'true',
-                            'enforce_scope': 'true'},
-            'keystone_authtoken': {
-                'www_authenticate_uri': keystone.url,
-                'auth_url': keystone.url,
-                'auth_type': 'password',
-                'username': 'cyborg',
-                'password': SERVICE_PASSWORD,
-                'project_name': 'service',
-                'user_domain_id': 'default',
-                'project_domain_id': 'default',
-                'region_name': REGION,
-                'service_token_roles_required': 'true',
-                'service_token_roles': 'service'}})
 
 
 def write_tempest_conf(workspace: pathlib.Path, keystone: Keystone,
@@ -280,13 +63,13 @@ def write_tempest_conf(workspace: pathlib.Path, keystone: Keystone,
         'auth': {'use_dynamic_credentials': 'true',
                  'create_isolated_networks': 'false',
                  'admin_username': 'admin',
-                 'admin_password': ADMIN_PASSWORD,
+                 'admin_password': keystone.admin_password,
                  'admin_project_name': 'admin',
                  'admin_domain_name': 'Default',
                  'admin_system': 'all'},
         'identity': {'uri_v3': keystone.url + '/v3',
                      'auth_version': 'v3',
-                     'region': REGION,
+                     'region': keystone_lib.REGION,
                      'v3_endpoint_type': 'public'},
         'identity-feature-enabled': {'api_v2': 'false'},
         'service_available': available,
@@ -296,7 +79,7 @@ def write_tempest_conf(workspace: pathlib.Path, keystone: Keystone,
 
 def run_tempest(workspace: pathlib.Path, regex: str,
                 concurrency: int) -> int:
-    tempest = bin_path('tempest')
+    tempest = keystone_lib.bin_path('tempest')
     argv = [tempest, 'run', '--config-file',
             str(workspace / 'etc' / 'tempest.conf'), '--regex', regex,
             '--concurrency', str(concurrency)]
@@ -319,7 +102,7 @@ def run_tenancy(keystone: Keystone, api_url: str) -> int:
     env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD='1',
                CYBORG_TENANCY_KEYSTONE=keystone.url,
                CYBORG_TENANCY_API=api_url,
-               CYBORG_TENANCY_ADMIN_PASSWORD=ADMIN_PASSWORD)
+               CYBORG_TENANCY_ADMIN_PASSWORD=keystone.admin_password)
     return subprocess.run(argv, cwd=ROOT, env=env).returncode
 
 
@@ -327,7 +110,8 @@ def _unreachable() -> list[str]:
     """Which of the database and broker servers do not accept a
     connection."""
     return [name for name, url, port in (
-        ('MariaDB', MYSQL_URL, 3306), ('RabbitMQ', RABBIT_URL, 5672))
+        ('MariaDB', backing.MYSQL_URL, 3306),
+        ('RabbitMQ', backing.RABBIT_URL, 5672))
         if not utils.port_open(url, port)]
 
 
@@ -358,17 +142,19 @@ def main() -> int:
         prefix='cyborg-tempest-')).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     log(f'work directory {workdir}')
-    database = Database(MYSQL_URL, 'cyborg_tempest')
-    keystone_database = Database(MYSQL_URL, 'keystone_tempest')
-    vhost = VirtualHost(RABBIT_URL)
-    stack: TempestStack | None = None
+    database = backing.Database(backing.MYSQL_URL, 'cyborg_tempest')
+    keystone_database = backing.Database(backing.MYSQL_URL,
+                                         'keystone_tempest')
+    vhost = backing.VirtualHost(backing.RABBIT_URL)
+    stack: keystone_lib.KeystoneStack | None = None
     failed = True
     try:
         database.create()
         keystone_database.create()
         migration.upgrade('head', url=database.url)
-        stack = TempestStack(workdir, vhost.create(), database.url,
-                             'http://127.0.0.1:9', 'no-nova')
+        stack = keystone_lib.KeystoneStack(
+            workdir, vhost.create(), database.url, 'http://127.0.0.1:9',
+            'no-nova')
         keystone = Keystone(stack, keystone_database.url)
         keystone.setup()
         keystone.process().start()
@@ -418,7 +204,9 @@ def main() -> int:
                 print(stack.tails(40), flush=True)
             codes = stack.stop_all()
             log(f'stopped: {codes}')
-        vhost.delete()
+        problem = vhost.delete()
+        if problem:
+            log(problem)
         for db in (database, keystone_database):
             try:
                 db.drop()

@@ -276,14 +276,19 @@ class Stack:
 
     # -- the processes -----------------------------------------------------
 
-    def add_placement(self) -> Process:
-        """openstack-placement on a fixed port and SQLite file, noauth2."""
+    def add_placement(self, extra: dict[str, dict[str, Any]] | None = None
+                      ) -> Process:
+        """openstack-placement on a fixed port and SQLite file, noauth2
+        unless ``extra`` (options, section by section) says otherwise."""
         workdir = self._dir('placement')
-        write_conf(workdir / 'placement.conf', {
+        sections: dict[str, dict[str, Any]] = {
             'api': {'auth_strategy': 'noauth2'},
             'placement_database': {
                 'connection': f'sqlite:///{workdir}/placement.sqlite',
-                'sync_on_startup': 'true'}})
+                'sync_on_startup': 'true'}}
+        for section, values in (extra or {}).items():
+            sections[section] = {**sections.get(section, {}), **values}
+        write_conf(workdir / 'placement.conf', sections)
         port = self.placement_url.rsplit(':', 1)[1]
         # Started from its directory, so that nothing on the caller's path
         # shadows the placement package.

@@ -1,0 +1,1 @@
+"""Real OpenStack services around cyborg's, for the Nova and tempest gates."""
