@@ -199,8 +199,12 @@ def test_boot_with_a_vgpu_whose_mdev_nova_creates(cloud):
     with cloud.watched(), cloud.server('vgpu') as server:
         assert cloud.host_of(server) == stack_lib.VGPU_HOST
         [arq] = cloud.bound(server, 1)
-        assert cloud.allocations(server.id)[arq['device_rp_uuid']] == {
-            'VGPU': 1}
+        rp = arq['device_rp_uuid']
+        assert cloud.allocations(server.id)[rp] == {'VGPU': 1}
+        # The T4's nvidia-223 vGPUs (its max_instance), one provider.
+        assert stack.placement(
+            cloud.admin_http, f'/resource_providers/{rp}/inventories'
+        )['inventories']['VGPU']['total'] == 8
         [spawn] = cloud.spawns_of(server.id)
         [given] = spawn['accel_info']
         assert (given['uuid'], given['attach_handle_type'],
