@@ -28,6 +28,7 @@ if os.environ.get('CYBORG_TEST_REQUIRE_SERVICES') != '1':
 import openstack  # noqa: E402
 
 from cyborg.cmd import aio_glance  # noqa: E402
+from cyborg.tests import sysfs_kernel  # noqa: E402
 from cyborg.tests.functional import gate_stack  # noqa: E402
 from cyborg.tests.nova_stack import checks  # noqa: E402
 from cyborg.tests.nova_stack import cloud as cloud_lib  # noqa: E402
@@ -61,6 +62,9 @@ PROFILES = {
     'nova-fpga-too-many': [TOO_MANY_FPGAS],
     'nova-fpga-second-function': [
         {**FPGA_GROUP, 'accel:function_id': SECOND_FUNCTION}],
+    # The type's trait as the nvidia_gpu driver reports it.
+    'nova-vgpu': [{'resources:VGPU': '1',
+                   f'trait:{stack_lib.VGPU_TRAIT}': 'required'}],
 }
 # flavor -> its device profile (None: no accelerator)
 FLAVORS = {'fpga1': 'nova-fpga', 'plain': None,
@@ -70,6 +74,7 @@ FLAVORS = {'fpga1': 'nova-fpga', 'plain': None,
            'fpga-function': 'nova-fpga-function',
            'fpga-too-many': 'nova-fpga-too-many',
            'fpga-second-function': 'nova-fpga-second-function',
+           'vgpu': 'nova-vgpu',
            # fpga1 with more memory: what a resize would go to.
            'fpga1-large': 'nova-fpga'}
 # What Nova answers an operation it refuses for accelerators.
@@ -193,6 +198,51 @@ def test_fpga_programmed_by_function_at_bind(cloud):
         cloud.delete(server)
         cloud.assert_nothing_left(server.id)
         cloud.assert_invariants()
+
+
+def test_boot_with_a_vgpu_whose_mdev_nova_creates(cloud):
+    """nova-cn1's T4 under ``mdev_creator = nova``: the request is Bound
+    with the vGPU's parent and type, nova-compute spawns with them and
+    creates the mdev; the delete frees everything but the mdev, which
+    Nova 34 never removes and cyborg leaves alone."""
+    stack = cloud.stack
+    agent = stack.processes[stack_lib.HOSTS[stack_lib.VGPU_HOST]]
+    with cloud.watched(), cloud.server('vgpu') as server:
+        assert cloud.host_of(server) == stack_lib.VGPU_HOST
+        [arq] = cloud.bound(server, 1)
+        rp = arq['device_rp_uuid']
+        assert cloud.allocations(server.id)[rp] == {'VGPU': 1}
+        # The T4's nvidia-223 vGPUs (its max_instance), one provider.
+        assert stack.placement(
+            cloud.admin_http, f'/resource_providers/{rp}/inventories'
+        )['inventories']['VGPU']['total'] == 8
+        [spawn] = cloud.spawns_of(server.id)
+        [given] = spawn['accel_info']
+        assert (given['uuid'], given['attach_handle_type'],
+                given['attach_handle_uuid']) == (
+            arq['uuid'], 'MDEV', arq['attach_handle_uuid'])
+        info = given['attach_handle_info']
+        assert {key: info[key] for key in (
+            'domain', 'bus', 'device', 'function', 'asked_type',
+            'mdev_creator')} == {
+            'domain': '0000', 'bus': 'af', 'device': '00', 'function': '0',
+            'asked_type': stack_lib.VGPU_TYPE, 'mdev_creator': 'nova'}
+        mdev = stack.gpu_tree.path(
+            f'sys/bus/mdev/devices/{given["attach_handle_uuid"]}')
+        gate_stack.wait_for(mdev.exists, 'the mdev nova-compute creates')
+        assert checks.handles_in_use(cloud.engine) == 1
+        cloud.assert_invariants()
+
+        cloud.delete(server)
+        cloud.assert_nothing_left(server.id)
+        cloud.assert_invariants()
+        # The mdev stays for the handle's next instance: only Nova's
+        # create reached the kernel, and the agent was asked for none.
+        assert mdev.exists()
+        assert [(entry['event'], entry.get('uuid'), entry.get('error'))
+                for entry in sysfs_kernel.read_log(stack.gpu_tree.root)] \
+            == [('mdev_create', given['attach_handle_uuid'], None)]
+        assert agent.rpc_calls('create_mdev', 'remove_mdev') == (0, 0)
 
 
 def test_no_valid_host_leaves_nothing(cloud):

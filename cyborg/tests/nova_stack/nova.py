@@ -149,10 +149,14 @@ class Nova:
         except requests.RequestException:
             return False
 
-    def add_service(self, binary: str, host: str = 'controller'
-                    ) -> gate_stack.Process:
-        """nova-conductor, nova-scheduler or (with its host) nova-compute."""
+    def add_service(self, binary: str, host: str = 'controller',
+                    sysfs_root: str | None = None) -> gate_stack.Process:
+        """nova-conductor, nova-scheduler or (with its host) nova-compute,
+        whose driver creates the mdevs of its guests in the sysfs tree at
+        ``sysfs_root`` when given."""
         env = {}
+        if sysfs_root:
+            env[spawns.SYSFS_ENV] = sysfs_root
         name = binary
         command = [keystone_lib.bin_path(binary)]
         if binary == 'nova-compute':

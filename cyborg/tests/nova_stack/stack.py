@@ -4,7 +4,10 @@
 RabbitMQ virtual host: Keystone, placement and Glance behind it, the
 Neutron stand-in, cyborg-api (behind Keystone, service tokens required),
 one cyborg-conductor, nova-api, -conductor, -scheduler, and per compute
-host a nova-compute and a cyborg-agent with the fake driver. Every
+host a nova-compute and a cyborg-agent with the fake driver. The agent
+of ``VGPU_HOST`` also has the ``nvidia_gpu`` driver, over a sysfs tree
+with a T4 whose vGPUs nova-compute creates (``mdev_creator = nova``),
+followed by an emulated kernel (``cyborg.tests.sysfs_kernel``). Every
 service is in the Keystone catalog and every service user is made as
 devstack makes it. ``NovaStack.open`` makes the databases and the
 virtual host and removes them afterwards, printing the tails of every
@@ -20,17 +23,28 @@ from typing import Any
 import requests
 
 from cyborg.db import migration
+from cyborg.tests import sysfs_kernel
 from cyborg.tests.functional import gate_stack
 from cyborg.tests.nova_stack import backing
 from cyborg.tests.nova_stack import glance as glance_lib
 from cyborg.tests.nova_stack import keystone as keystone_lib
 from cyborg.tests.nova_stack import neutron
 from cyborg.tests.nova_stack import nova as nova_lib
+from cyborg.tests.sysfs import SysfsTree
 
 # compute host (and node) name -> the name of its cyborg-agent process.
 HOSTS = {'nova-cn1': 'agent-cn1', 'nova-cn2': 'agent-cn2'}
 FAKE_DEVICES = 2            # fake FPGAs per host
 ACCELERATORS = 2            # attach handles of each fake FPGA
+# The compute host whose agent reports a T4 as vGPUs of VGPU_TYPE, the
+# mdevs created by nova-compute.
+VGPU_HOST = 'nova-cn1'
+T4 = '0000:af:00.0'
+# (type, name, instances) as a T4 on the vGPU host driver offers them.
+T4_TYPES = (('nvidia-222', 'GRID T4-1B', 16),
+            ('nvidia-223', 'GRID T4-2B', 8))
+VGPU_TYPE = 'nvidia-223'
+VGPU_TRAIT = 'CUSTOM_NVIDIA_1EB8_T4_2B'
 
 
 class NovaStack(keystone_lib.KeystoneStack):
@@ -48,6 +62,9 @@ class NovaStack(keystone_lib.KeystoneStack):
         # Where the conductor sends Nova's events, besides the catalog.
         self.nova_endpoint = self.nova.url
         self.neutron_port = gate_stack.free_port()
+        # VGPU_HOST's sysfs, which its agent and nova-compute share.
+        self.gpu_tree = SysfsTree(workdir / f'{VGPU_HOST}-sysfs')
+        self.gpu_tree.add_t4(T4, T4_TYPES)
         # What bring_up took, step by step (s).
         self.timings: dict[str, float] = {}
 
@@ -108,6 +125,9 @@ class NovaStack(keystone_lib.KeystoneStack):
         self._add('neutron', 'neutron',
                   [sys.executable, '-m', neutron.__name__,
                    str(self.neutron_port)]).start()
+        self._add('sysfs-kernel', 'kernel',
+                  [sys.executable, '-m', sysfs_kernel.__name__,
+                   self.gpu_tree.root]).start()
         gate_stack.wait_for(keystone.up, 'keystone', 60)
         step = self._timed('keystone', step)
         keystone.add_service_user('placement')
@@ -130,7 +150,9 @@ class NovaStack(keystone_lib.KeystoneStack):
         self.nova.add_service('nova-conductor')
         self.nova.add_service('nova-scheduler')
         for host in HOSTS:
-            self.nova.add_service('nova-compute', host)
+            self.nova.add_service(
+                'nova-compute', host,
+                self.gpu_tree.root if host == VGPU_HOST else None)
         self.start('conductor', 'api', 'nova-api', 'nova-conductor',
                    'nova-scheduler',
                    *(f'nova-compute-{host}' for host in HOSTS))
@@ -142,14 +164,18 @@ class NovaStack(keystone_lib.KeystoneStack):
             lambda: self.compute_nodes(admin),
             'nova-compute to register both nodes in placement', 180, 1)
         step = self._timed('nova', step)
+        gate_stack.wait_for(
+            lambda: (pathlib.Path(self.gpu_tree.root) /
+                     sysfs_kernel.READY_NAME).exists(),
+            'the sysfs kernel emulator', 30)
         for host in HOSTS:
             self.add_host_agent(host)
         self.start(*HOSTS.values())
         self.ready('conductor', *HOSTS.values(), timeout=120)
         gate_stack.wait_for(self.api_up, 'cyborg-api', 60)
         gate_stack.wait_for(
-            lambda: self._fpgas_in_placement(admin, roots),
-            'both hosts\' FPGAs in placement', 120, 1)
+            lambda: self._devices_in_placement(admin, roots),
+            'both hosts\' FPGAs and the vGPUs in placement', 120, 1)
         gate_stack.wait_for(lambda: self._hypervisors(admin),
                             'nova to map both compute hosts', 120, 1)
         self._timed('cyborg', step)
@@ -162,6 +188,13 @@ class NovaStack(keystone_lib.KeystoneStack):
         adds options, e.g. ``{'fake_driver': {'program_fail': 'true'}}``."""
         sections: dict[str, dict[str, Any]] = {
             'glance': self.keystone.password_auth('cyborg')}
+        if host == VGPU_HOST:
+            sections['agent'] = {'enabled_drivers': 'fake_driver,nvidia_gpu',
+                                 'sysfs_root': self.gpu_tree.root}
+            sections['gpu_devices'] = {
+                'enabled_vgpu_types': VGPU_TYPE,
+                'vgpu_type_addresses': f'{VGPU_TYPE}:{T4}',
+                'mdev_creator': 'nova'}
         for section, values in (extra or {}).items():
             sections[section] = {**sections.get(section, {}), **values}
         return self.add_agent(HOSTS[host], host, FAKE_DEVICES, ACCELERATORS,
@@ -194,16 +227,19 @@ class NovaStack(keystone_lib.KeystoneStack):
             return {host: found[host] for host in HOSTS}
         return None
 
-    def _fpgas_in_placement(self, admin: requests.Session,
-                            roots: dict[str, str]) -> bool:
-        for root in roots.values():
+    def _devices_in_placement(self, admin: requests.Session,
+                              roots: dict[str, str]) -> bool:
+        for host, root in roots.items():
             tree = [rp for rp in self.placement(
                 admin, f'/resource_providers?in_tree={root}'
             )['resource_providers'] if rp['uuid'] != root]
-            with_fpgas = [rp for rp in tree if 'FPGA' in self.placement(
+            classes = [set(self.placement(
                 admin, f'/resource_providers/{rp["uuid"]}/inventories'
-            )['inventories']]
-            if len(with_fpgas) < FAKE_DEVICES:
+            )['inventories']) for rp in tree]
+            if sum('FPGA' in found for found in classes) < FAKE_DEVICES:
+                return False
+            if host == VGPU_HOST and not any('VGPU' in found
+                                             for found in classes):
                 return False
         return True
 
