@@ -198,9 +198,10 @@ def test_placement_too_old(tmp_path, sqlite_engine, old_placement):
     assert [r.path for r in old_placement.requests] == ['/']
 
 
-def test_placement_needs_1_26():
-    # Reserved inventory equal to the total (a disabled device).
-    assert status.PLACEMENT_MIN_VERSION == '1.26'
+def test_placement_needs_1_28():
+    # Consumer generations, for the allocations of live attaches (1.26:
+    # reserved inventory equal to the total, a disabled device).
+    assert status.PLACEMENT_MIN_VERSION == '1.28'
 
 
 def test_not_a_version_document(tmp_path, sqlite_engine):
