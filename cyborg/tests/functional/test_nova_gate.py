@@ -348,9 +348,11 @@ def test_programming_failure_fails_the_server(cloud):
 
 def test_unshelve_onto_the_other_host(cloud):
     """An administrator unshelves the member's server onto the other
-    host (microversion 2.91): new requests bind there; the member's
-    delete then leaves nothing, although Nova created them under the
-    administrator's project."""
+    host (microversion 2.91): new requests bind there. Nova created them
+    under the administrator's project; the member's hard reboot still
+    gives the guest its accelerator (nova-compute reads the instance's
+    requests with the member's token and its service token), and the
+    member's delete then leaves nothing."""
     with cloud.watched(), cloud.server('fpga1') as server:
         host = cloud.host_of(server)
         other = next(h for h in stack_lib.HOSTS if h != host)
@@ -363,6 +365,12 @@ def test_unshelve_onto_the_other_host(cloud):
         [arq] = cloud.bound(server, 1)
         assert cloud.device_allocations(server) == {arq['device_rp_uuid']: 1}
         cloud.assert_invariants()
+        cloud.member.compute.reboot_server(server, 'HARD')
+        [reboot] = gate_stack.wait_for(
+            lambda: [c for c in cloud.spawns_of(server.id)
+                     if c['call'] == 'reboot-hard'], 'the hard reboot')
+        cloud.wait(server)
+        assert [a['uuid'] for a in reboot['accel_info']] == [arq['uuid']]
         cloud.delete(server)
         cloud.assert_nothing_left(server.id)
     cloud.assert_invariants()

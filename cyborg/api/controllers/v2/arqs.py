@@ -63,6 +63,21 @@ def _has_service_token(ctx: cyborg_context.RequestContext) -> bool:
     return bool(set(ctx.service_roles or []) & _service_token_roles())
 
 
+def _instance_scope(ctx: cyborg_context.RequestContext) -> str | None:
+    """The project bounding a read or delete of one instance's requests.
+
+    Nova acts for its instances: after an administrator's evacuation or
+    unshelve of a member's server, the server holds requests Nova made
+    under the administrator's project, which the member's later reboot or
+    delete must reach. A valid service token (keystonemiddleware sets
+    ``X-Service-Roles`` only for one) reaches every project's; the user's
+    token alone stays within its project.
+    """
+    if _has_service_token(ctx):
+        return None
+    return _project_scope(ctx)
+
+
 def _require_service_token(ctx: cyborg_context.RequestContext,
                            message: str = SERVICE_TOKEN_MESSAGE) -> None:
     if (base.conf().api.require_service_token
@@ -93,7 +108,9 @@ class ARQsController(rest.RestController):
                 f'bind_state must be "resolved", not {bind_state!r}.')
         if instance is not None:
             instance = schemas.check_uuid(instance, 'instance')
-        project = _project_scope(ctx)
+            project = _instance_scope(ctx)
+        else:
+            project = _project_scope(ctx)
         resolved = bind_state == 'resolved'
         if (resolved and instance is not None
                 and arq_db.count_unresolved(ctx, instance, project)):
@@ -151,7 +168,7 @@ class ARQsController(rest.RestController):
         if instance is not None:
             instance = schemas.check_uuid(instance, 'instance')
             _require_service_token(ctx)
-            project = _project_scope(ctx)
+            project = _instance_scope(ctx)
             mine = None
             if project is not None:
                 # Only the caller's requests go; none is fine, as for an

@@ -1,10 +1,12 @@
 """Projects are kept apart on every accelerator-request operation.
 
-Project A's requests are invisible to project B, even when B holds a
-service token as Nova sends it (the user's token plus ``X-Service-Token``):
-B gets for A's requests and instances exactly what it gets for ones that
-do not exist. Administrators and services (``cyborg:arq:all_projects``)
-see and change every project's, as Nova does for an evacuation.
+Project A's requests are invisible to project B: B gets for A's requests
+and instances exactly what it gets for ones that do not exist.
+Administrators and services (``cyborg:arq:all_projects``) see and change
+every project's. Nova acts for its instances: a call by instance that
+carries a valid service token (the user's token plus ``X-Service-Token``,
+as Nova sends it) reaches every project's requests of that instance, as
+after an administrator's evacuation or unshelve of a member's server.
 """
 import json
 import uuid
@@ -26,6 +28,8 @@ ARQS = '/v2/accelerator_requests'
 # Nova's calls: the user's token and its own service token.
 NOVA_A = user('pa', service_token=True)
 NOVA_B = user('pb', service_token=True)
+# B's user token alone, as a user's own client sends it.
+USER_B = user('pb')
 A_INSTANCE = '0a000000-0000-4000-8000-00000000000a'
 B_INSTANCE = '0b000000-0000-4000-8000-00000000000b'
 
@@ -100,41 +104,71 @@ def tenants_all_dbs(api_all_dbs):
     return Tenants(api_all_dbs)
 
 
-def test_delete_by_instance_deletes_only_the_callers_requests(
+def test_delete_by_instance_without_a_service_token_is_the_callers(
         tenants_all_dbs):
     tenants = tenants_all_dbs
     app = tenants.app
-    app.delete(f'{ARQS}?instance={A_INSTANCE}', headers=NOVA_B, status=204)
+    tenants.api.conf.set_override('require_service_token', False, 'api')
+    app.delete(f'{ARQS}?instance={A_INSTANCE}', headers=USER_B, status=204)
     assert tenants.state(tenants.a_arq, NOVA_A) == 'Bound'
-    # As its unbind and delete by uuid are 404.
-    app.patch_json(ARQS, _unbind_body([tenants.a_arq]), headers=NOVA_B,
+    # As its unbind and delete by uuid are 404, with a service token too:
+    # it reaches across projects only by instance.
+    for headers in (USER_B, NOVA_B):
+        app.patch_json(ARQS, _unbind_body([tenants.a_arq]), headers=headers,
+                       status=404)
+        app.delete(f'{ARQS}/{tenants.a_arq["uuid"]}', headers=headers,
                    status=404)
-    app.delete(f'{ARQS}/{tenants.a_arq["uuid"]}', headers=NOVA_B,
-               status=404)
     assert tenants.state(tenants.a_arq, NOVA_A) == 'Bound'
-    # Nova deleting A's instance with A's token; twice is fine.
+    # A deleting its own instance; twice is fine.
     for _ in range(2):
-        app.delete(f'{ARQS}?instance={A_INSTANCE}', headers=NOVA_A,
+        app.delete(f'{ARQS}?instance={A_INSTANCE}', headers=user('pa'),
                    status=204)
     assert tenants.uuids() == {tenants.b_arq['uuid']}
+
+
+def test_delete_by_instance_without_a_service_token_is_refused(tenants):
+    """Unless ``[api] require_service_token`` is off: then as above."""
+    fault = _fault(tenants.app.delete(f'{ARQS}?instance={A_INSTANCE}',
+                                      headers=user('pa'), status=403))
+    assert 'service token' in fault
+    assert tenants.state(tenants.a_arq) == 'Bound'
 
 
 def test_delete_by_instance_leaves_other_projects_requests(tenants_all_dbs,
                                                            db_engine):
     """An instance holding requests of two projects (written here: no
-    bind makes it): the caller's go, the others stay, unless the caller
-    sees every project, as Nova's evacuation under an administrator."""
+    bind makes it): without a service token the caller's go, the others
+    stay."""
+    tenants = tenants_all_dbs
+    tenants.api.conf.set_override('require_service_token', False, 'api')
+    _force(db_engine, tenants.b_arq, state='Bound',
+           instance_uuid=A_INSTANCE, hostname='node1')
+    tenants.app.delete(f'{ARQS}?instance={A_INSTANCE}', headers=USER_B,
+                       status=204)
+    assert tenants.uuids() == {tenants.a_arq['uuid']}
+
+
+def test_nova_deletes_every_projects_requests_of_its_instance(
+        tenants_all_dbs, db_engine):
+    """The member's delete of a server that an administrator unshelved
+    or evacuated: Nova sends the member's token and its service token,
+    and the requests Nova made under the administrator's project go with
+    the member's own. Other instances' requests stay."""
     tenants = tenants_all_dbs
     _force(db_engine, tenants.b_arq, state='Bound',
            instance_uuid=A_INSTANCE, hostname='node1')
-    tenants.app.delete(f'{ARQS}?instance={A_INSTANCE}', headers=NOVA_B,
+    c_arq = tenants.create(user('pc'))
+    tenants.app.delete(f'{ARQS}?instance={A_INSTANCE}', headers=NOVA_A,
                        status=204)
-    assert tenants.uuids() == {tenants.a_arq['uuid']}
+    assert tenants.uuids() == {c_arq['uuid']}
+
+
+def test_administrators_delete_by_instance_across_projects(tenants):
     c_arq = tenants.create(user('pc'))
     admin = dict(ADMIN, **{'X-Service-Roles': 'service'})
     tenants.app.delete(f'{ARQS}?instance={A_INSTANCE}', headers=admin,
                        status=204)
-    assert tenants.uuids() == {c_arq['uuid']}
+    assert tenants.uuids() == {tenants.b_arq['uuid'], c_arq['uuid']}
 
 
 def test_services_delete_by_instance_across_projects(tenants):
@@ -177,7 +211,7 @@ def test_binding_to_another_projects_instance_tells_nothing_of_it(tenants):
     assert 'already' not in other
     assert tenants.state(b_second) == 'Initial'
     assert tenants.state(tenants.a_arq) == 'Bound'
-    assert tenants.uuids(NOVA_B, f'?instance={A_INSTANCE}') == set()
+    assert tenants.uuids(USER_B, f'?instance={A_INSTANCE}') == set()
 
 
 def test_listing_another_projects_instance_is_as_an_unknown_one(
@@ -189,7 +223,31 @@ def test_listing_another_projects_instance_is_as_an_unknown_one(
     for instance in (A_INSTANCE, str(uuid.uuid4())):
         for query in (f'?instance={instance}',
                       f'?instance={instance}&bind_state=resolved'):
-            assert tenants.uuids(NOVA_B, query) == set()
+            assert tenants.uuids(USER_B, query) == set()
+
+
+def test_nova_reads_every_projects_requests_of_its_instance(
+        tenants_all_dbs, db_engine):
+    """After an administrator's unshelve or evacuation, nova-compute reads
+    the instance's requests (on a reboot, say) with the member's token
+    and its service token: it gets those made under the administrator's
+    project too, and waits while any of them is still being bound. The
+    member's token alone, or a list not by instance, stays within the
+    project."""
+    tenants = tenants_all_dbs
+    a_uuid, b_uuid = tenants.a_arq['uuid'], tenants.b_arq['uuid']
+    _force(db_engine, tenants.b_arq, state='Bound',
+           instance_uuid=A_INSTANCE, hostname='node1')
+    by_instance = f'?instance={A_INSTANCE}'
+    resolved = f'{by_instance}&bind_state=resolved'
+    assert tenants.uuids(NOVA_A, by_instance) == {a_uuid, b_uuid}
+    assert tenants.uuids(NOVA_A, resolved) == {a_uuid, b_uuid}
+    assert tenants.uuids(user('pa'), by_instance) == {a_uuid}
+    assert tenants.uuids(NOVA_A) == {a_uuid}
+    assert tenants.uuids(NOVA_A, '?bind_state=resolved') == {a_uuid}
+    _force(db_engine, tenants.b_arq, state='BindStarted')
+    tenants.app.get(f'{ARQS}{resolved}', headers=NOVA_A, status=423)
+    assert tenants.uuids(user('pa'), resolved) == {a_uuid}
 
 
 def test_errors_name_only_what_the_caller_sent(tenants):
@@ -267,7 +325,9 @@ class OldConductor(manager.ConductorManager):
 def test_old_conductors_delete_by_instance_within_the_project(
         api, sqlite_engine, caplog, cap):
     """A conductor before 1.7 (or a cap below it) would delete every
-    project's requests of the instance: it is sent the caller's, by uuid."""
+    project's requests of the instance: it is sent the caller's, by uuid,
+    when the caller has no service token."""
+    api.conf.set_override('require_service_token', False, 'api')
     api.stop_conductor()
     old = rpc_service.RPCService(rpc.CONDUCTOR_TOPIC, 'old-conductor',
                                  [OldConductor(api.conf)])
@@ -278,7 +338,7 @@ def test_old_conductors_delete_by_instance_within_the_project(
         tenants = Tenants(api)
         _force(sqlite_engine, tenants.b_arq, state='Bound',
                instance_uuid=A_INSTANCE, hostname='node1')
-        tenants.app.delete(f'{ARQS}?instance={A_INSTANCE}', headers=NOVA_B,
+        tenants.app.delete(f'{ARQS}?instance={A_INSTANCE}', headers=USER_B,
                            status=204)
         assert tenants.uuids() == {tenants.a_arq['uuid']}
         # Refused, not capped: the operator is told what to set.
