@@ -25,6 +25,8 @@ from typing import Any
 import pytest
 import requests
 
+from cyborg.tests.nova_stack import keystone
+
 KEYSTONE = os.environ.get('CYBORG_TENANCY_KEYSTONE', '')
 API = os.environ.get('CYBORG_TENANCY_API', '')
 ADMIN_PASSWORD = os.environ.get('CYBORG_TENANCY_ADMIN_PASSWORD', '')
@@ -38,16 +40,8 @@ PAGINATION = {'OpenStack-API-Version': 'accelerator 2.4'}
 
 
 def _token(user: str, password: str, project: str) -> str:
-    body = {'auth': {
-        'identity': {'methods': ['password'], 'password': {'user': {
-            'name': user, 'domain': {'id': 'default'},
-            'password': password}}},
-        'scope': {'project': {'name': project,
-                              'domain': {'id': 'default'}}}}}
-    response = requests.post(f'{KEYSTONE}/v3/auth/tokens', json=body,
-                             timeout=TIMEOUT)
-    response.raise_for_status()
-    return response.headers['X-Subject-Token']
+    return keystone.project_token(KEYSTONE, user, password, project,
+                                  TIMEOUT)
 
 
 class Identity:

@@ -44,6 +44,22 @@ def bin_path(name: str) -> str:
     return str(path)
 
 
+def project_token(url: str, user: str, password: str, project: str,
+                  timeout: float = 30) -> str:
+    """A project-scoped token of a user of the default domain, from the
+    Keystone at ``url``."""
+    body = {'auth': {
+        'identity': {'methods': ['password'], 'password': {'user': {
+            'name': user, 'domain': {'id': 'default'},
+            'password': password}}},
+        'scope': {'project': {'name': project,
+                              'domain': {'id': 'default'}}}}}
+    response = requests.post(url + '/v3/auth/tokens', json=body,
+                             timeout=timeout)
+    response.raise_for_status()
+    return response.headers['X-Subject-Token']
+
+
 class Keystone:
     """keystone-manage to set it up, then the WSGI app under waitress, as
     the process ``keystone`` of ``stack``."""
@@ -114,16 +130,7 @@ class Keystone:
 
     def token(self, user: str, password: str, project: str) -> str:
         """A project-scoped token of a user of the default domain."""
-        body = {'auth': {
-            'identity': {'methods': ['password'], 'password': {'user': {
-                'name': user, 'domain': {'id': 'default'},
-                'password': password}}},
-            'scope': {'project': {'name': project,
-                                  'domain': {'id': 'default'}}}}}
-        response = requests.post(self.url + '/v3/auth/tokens', json=body,
-                                 timeout=30)
-        response.raise_for_status()
-        return response.headers['X-Subject-Token']
+        return project_token(self.url, user, password, project)
 
     def admin_session(self) -> requests.Session:
         session = requests.Session()

@@ -147,19 +147,25 @@ def test_waiting_patches_go_in_one_call(seeded, db_engine, fake_nova,
         e['tag'] for e in batch.body['events']}
 
 
-def test_one_transaction_for_the_batch(seeded, monkeypatch):
+@pytest.fixture
+def applied(monkeypatch) -> list[int]:
+    """How many PATCHes each batch transaction applied, in order."""
+    sizes: list[int] = []
+    together = arq_batches._together
+
+    def counted(context, items, one):
+        sizes.append(len(items))
+        return together(context, items, one)
+
+    monkeypatch.setattr(arq_batches, '_together', counted)
+    return sizes
+
+
+def test_one_transaction_for_the_batch(seeded, applied):
     """Good PATCHes commit together; a refused one costs the others a
     transaction each, and no more."""
     api, rp_uuid, created = seeded
     ctx = cyborg_context.get_admin_context()
-    applied: list[int] = []
-    together = arq_batches._together
-
-    def counted(context, items, one):
-        applied.append(len(items))
-        return together(context, items, one)
-
-    monkeypatch.setattr(arq_batches, '_together', counted)
     good = [arq_batches.Patch(
         {u: _binding('cmp1', rp_uuid, str(uuid.uuid4()))}, [])
         for u in created[:2]]
@@ -180,7 +186,7 @@ def test_one_transaction_for_the_batch(seeded, monkeypatch):
 
 
 def test_a_refused_patch_leaves_its_neighbours_whole(
-        seeded, db_engine, monkeypatch):
+        seeded, db_engine, applied):
     """A PATCH refused for a bind that cannot be made is refused alone:
     the PATCHes batched with it bind as if it had not come, and nothing
     of it is written, not even the handle its good bind took."""
@@ -191,14 +197,6 @@ def test_a_refused_patch_leaves_its_neighbours_whole(
     # need all of them in the batch's transaction.
     [device] = api.seed('cmp2', agent=False)
     small = device['deployables'][0]['rp_uuid']
-    applied: list[int] = []
-    together = arq_batches._together
-
-    def counted(context, items, one):
-        applied.append(len(items))
-        return together(context, items, one)
-
-    monkeypatch.setattr(arq_batches, '_together', counted)
     before, mixed, after = created[0], created[1:3], created[3]
     refused = arq_batches.Patch({
         mixed[0]: _binding('cmp2', small, str(uuid.uuid4())),
