@@ -33,6 +33,11 @@ from cyborg.tests.functional.libvirt_guest import connection  # noqa: F401
 from cyborg.tests.functional.libvirt_guest import domain  # noqa: F401
 from cyborg.tests.sysfs import SysfsTree
 
+# One worker for every module on the libvirtd the first starts and its
+# last stops (``libvirt_guest.connection``), so that none stops it under
+# another (with --dist loadgroup).
+pytestmark = pytest.mark.xdist_group('libvirtd')
+
 NODE = 'live-node'
 PCI_ADDRESS = '0000:3b:00.0'
 PCI_RC = 'CUSTOM_LIVE_PCI'

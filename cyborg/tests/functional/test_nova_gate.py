@@ -8,12 +8,12 @@ them through openstacksdk as a user would, with flavors whose
 ``accel:device_profile`` names device profiles an administrator made.
 After each scenario the invariants of ``nova_stack.checks`` hold.
 
-Marked ``nova``: ``tox -e nova`` (``-m nova``) runs every scenario; the
-default suite, like ``-m nova_reduced``, runs the reduced set (a boot
-with one FPGA and its delete, the same flavor without an accelerator,
-and the bind failure known when Nova binds), on one xdist worker
-(``xdist_group``, with ``--dist loadgroup``) so that the deployment
-starts once. On any failure the end of every service's log is printed.
+Marked ``nova``: selected only by ``-m nova`` (``tox -e nova``), or by
+``-m nova_reduced`` for the reduced run (a boot with one FPGA and its
+delete, the same flavor without an accelerator, and the bind failure
+known when Nova binds); all on one xdist worker (``xdist_group``, with
+``--dist loadgroup``) so that the deployment starts once. On any
+failure the end of every service's log is printed.
 """
 import os
 from collections.abc import Iterator

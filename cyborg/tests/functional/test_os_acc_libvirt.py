@@ -18,6 +18,11 @@ from cyborg.tests.functional.libvirt_guest import domain  # noqa: F401
 from cyborg.tests.sysfs import SysfsTree
 from cyborg.tests.unit.os_acc import fakes
 
+# One worker for every module on the libvirtd the first starts and its
+# last stops (``libvirt_guest.connection``), so that none stops it under
+# another (with --dist loadgroup).
+pytestmark = pytest.mark.xdist_group('libvirtd')
+
 VF = '0000:af:01.0'
 
 
