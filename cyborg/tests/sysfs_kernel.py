@@ -237,11 +237,13 @@ class Kernel:
                    f'before enabling {count} VFs')
         elif count == 0:
             self._log('sriov_numvfs', address, count=0)
+            # The file first: a driver that reads 0 VFs back writes its
+            # next count at once, which a later rewrite of 0 would undo.
+            (dev / 'sriov_numvfs').write_text('0\n')
             for link in links:
                 vf = os.path.basename(os.readlink(link))
                 self.tree.remove_function(vf)
                 link.unlink()
-            (dev / 'sriov_numvfs').write_text('0\n')
         else:
             self._enable_vfs(address, dev, count)
 
