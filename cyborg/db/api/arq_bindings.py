@@ -166,6 +166,9 @@ def refusal(deployable: Any | None, hostname: str,
         return f'the deployable is on {deployable.hostname}, not {hostname}'
     if deployable.status != 'enabled':
         return 'the device is disabled'
+    if deployable.driver_disabled_since is not None:
+        return (f'its driver {deployable.driver_name} is disabled on '
+                f'{deployable.host}')
     if deployable.health == 'unhealthy':
         # Placement reserves an unhealthy device's inventory, but a
         # scheduler may have picked it just before.
@@ -191,7 +194,8 @@ def _bind(session: sa.orm.Session, uuid: str, binding: dict[str, Any],
     """
     deployable = session.execute(
         sa.select(Dep.id, Dep.uuid, Dep.name, Dep.driver_name,
-                  models.Device.hostname, models.Device.host,
+                  Dep.driver_disabled_since, models.Device.hostname,
+                  models.Device.host,
                   models.Device.status, models.Device.health,
                   models.Device.health_reason,
                   models.ControlpathID.cpid_type,
