@@ -495,7 +495,11 @@ def _stopped_mid_enable(ctx, conductor, gpu_uuid, wanted):
     assert db_layouts.begin_prepare(ctx, gpu_uuid) is not None
     with raises(exception.DeviceBusy, 'being prepared'):
         conductor.device_enable(ctx, gpu_uuid)
-    # Not yet stale: the pass leaves it to the conductor that began it.
+    # Dated by the preparation's own write...
+    soon = timeutils.utcnow() + datetime.timedelta(seconds=1)
+    assert db_layouts.stale_preparations(ctx, soon) == [gpu_uuid]
+    # ...and not yet stale: the pass leaves it to the conductor that
+    # began it.
     conductor.layouts.redrive()
     assert devices.get(ctx, gpu_uuid)['status'] == 'preparing'
     # Past the bind timeout (that conductor's call to the agent has
