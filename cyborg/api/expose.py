@@ -127,8 +127,8 @@ def format_exception(excinfo: Any, debug: bool = False, *,
         # WSME's own formatter logs every 5xx as an ERROR with the
         # traceback; this 500 is the client's mistake, answered as
         # clients of 2.0-2.3 expect (see schemas.legacy_error).
-        LOG.warning('Request %s answered %d for a client error (2.0-2.3 '
-                    'answer 500, 2.4 and later 400): %s', _request_id(),
+        LOG.warning('Request %s answered %d for a client error (a 4xx '
+                    'from microversion 2.4 on): %s', _request_id(),
                     error.code, error.message)
         return errors.fault(error.code, error.message)
     fault = default(excinfo, debug)
