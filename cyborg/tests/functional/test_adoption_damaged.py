@@ -18,8 +18,6 @@ from cyborg.db import upstream
 from cyborg.tests import utils
 from cyborg.tests.functional.test_adoption import _dump
 from cyborg.tests.functional.test_adoption import _seed
-from cyborg.tests.functional.test_adoption import upstream_templates  # noqa: F401,E501
-from cyborg.tests.functional.test_adoption import upstream_url  # noqa: F401
 from cyborg.tests.upstream_cyborg import upstream_venv  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures('upstream_venv')
@@ -137,7 +135,7 @@ DAMAGES = {
 
 @pytest.mark.parametrize('damage', DAMAGES)
 def test_the_dry_run_names_the_damage_and_adopt_changes_nothing(
-        tmp_path, backend, upstream_url, damage):  # noqa: F811
+        tmp_path, backend, upstream_url, damage):
     _seed(upstream_url)
     damage_fn, said = DAMAGES[damage]
     damage_fn(upstream_url, backend)
@@ -165,7 +163,7 @@ def _indexes(url: str) -> dict[str, list[str]]:
 
 
 def test_a_failure_in_the_copy_gives_the_tables_their_names_back(
-        tmp_path, upstream_url, monkeypatch):  # noqa: F811
+        tmp_path, upstream_url, monkeypatch):
     made = _seed(upstream_url)
     before, indexes = _dump(upstream_url), _indexes(upstream_url)
     copy = adoption._copy
@@ -194,7 +192,7 @@ def test_a_failure_in_the_copy_gives_the_tables_their_names_back(
 
 
 def test_a_rerun_that_cannot_copy_gives_the_tables_their_names_back(
-        tmp_path, backend, upstream_url):  # noqa: F811
+        tmp_path, backend, upstream_url):
     _seed(upstream_url)
     _unknown_state(upstream_url, backend)
     before, indexes = _dump(upstream_url), _indexes(upstream_url)
