@@ -117,8 +117,10 @@ def _add_commands(subparsers: argparse._SubParsersAction) -> None:
         'Take over, in place, a database made by OpenStack Cyborg 17.0.0 '
         '(with its services stopped and a backup taken): its devices, '
         'profiles and accelerator requests keep their ids, uuids and '
-        'resource providers. Run it again to finish one that was '
-        'interrupted.')
+        'resource providers. It checks everything first and changes '
+        'nothing when a check fails; a run that fails later gives the '
+        'upstream tables their names back. Run it again to finish one '
+        'that was interrupted.')
     parser.add_argument('--dry-run', action='store_true',
                         help='say what would come across and what would '
                              'change, and change nothing')

@@ -253,6 +253,17 @@ class AdoptionRefused(CyborgException):
                'Nothing was changed.')
 
 
+class AdoptionRolledBack(AdoptionRefused):
+    """An adoption that had set the upstream tables aside and gave them
+    their names back."""
+
+    msg_fmt = ('Cannot adopt the database at %(url)s: %(reason)s Its '
+               'OpenStack Cyborg tables have their own names back and '
+               "cyborg's tables were dropped: the database is as it was "
+               'before the adoption started. Fix what is named and run '
+               '"cyborg-dbsync adopt" again.')
+
+
 class NotSupported(CyborgException):
     msg_fmt = '%(what)s is not supported.'
 

@@ -54,7 +54,7 @@ class Found:
     description: str = ''
 
 
-def _version(connection: sa.engine.Connection, table: str) -> str | None:
+def version_of(connection: sa.engine.Connection, table: str) -> str | None:
     rows = connection.execute(
         sa.text(f'SELECT version_num FROM {table}')).scalars().all()
     return rows[0] if len(rows) == 1 else None
@@ -76,11 +76,11 @@ def recognise(connection: sa.engine.Connection,
     tables = sorted(sa.inspect(connection).get_table_names())
     if PREFIX + VERSION_TABLE in tables:
         return Found(Kind.ADOPTING,
-                     _version(connection, PREFIX + VERSION_TABLE),
+                     version_of(connection, PREFIX + VERSION_TABLE),
                      f'an adoption of an {UPSTREAM_RELEASE} database '
                      'that has not finished')
     others = [t for t in tables if t != VERSION_TABLE]
-    revision = (_version(connection, VERSION_TABLE)
+    revision = (version_of(connection, VERSION_TABLE)
                 if VERSION_TABLE in tables else None)
     if revision is None and not others:
         return Found(Kind.EMPTY)

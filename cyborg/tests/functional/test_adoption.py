@@ -19,7 +19,6 @@ from cyborg.db import migration
 from cyborg.db import upstream
 from cyborg.db.api import inventory
 from cyborg.tests import conftest
-from cyborg.tests import upstream_cyborg
 from cyborg.tests import utils
 from cyborg.tests.upstream_cyborg import upstream_venv  # noqa: F401
 
@@ -95,35 +94,6 @@ def _seed(url: str) -> dict[str, list[str]]:
             for n, (state, handle, instance) in enumerate(REQUESTS, 1)])
     engine.dispose()
     return made
-
-
-@pytest.fixture(scope='session')
-def upstream_templates(tmp_path_factory):
-    """backend -> the URL of a database with upstream's empty schema,
-    made once per test process; each test gets a copy."""
-    made: dict[str, str] = {}
-    databases = []
-
-    def template(backend: str) -> str:
-        if backend not in made:
-            workdir = tmp_path_factory.mktemp(f'upstream-{backend}')
-            database = conftest.empty_database_url(backend, workdir)
-            made[backend] = next(database)
-            databases.append(database)
-            upstream_cyborg.schema(made[backend], workdir)
-        return made[backend]
-
-    yield template
-    for database in databases:
-        next(database, None)  # drops it
-
-
-@pytest.fixture
-def upstream_url(backend, empty_db_url, upstream_templates):
-    """An empty OpenStack Cyborg 17.0.0 schema (see
-    ``upstream_cyborg.schema``)."""
-    upstream_cyborg.copy_schema(upstream_templates(backend), empty_db_url)
-    return empty_db_url
 
 
 def _dump(url: str) -> dict[str, list[dict]]:
