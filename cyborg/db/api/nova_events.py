@@ -26,6 +26,7 @@ from oslo_utils import timeutils
 from cyborg import context as cyborg_context
 from cyborg.conf import CONF
 from cyborg.db import models
+from cyborg.db.api import query
 from cyborg.db.api import reader
 from cyborg.db.api import retry_on_deadlock
 from cyborg.db.api import writer
@@ -61,20 +62,21 @@ def _lease_end(now: datetime.datetime) -> datetime.datetime:
 
 
 def owe(session: sa.orm.Session,
-        events: Iterable[tuple[str, str, str, str | None]]) -> list[Owed]:
+        events: Iterable[tuple[str, str | None, str, str | None]]
+        ) -> list[Owed]:
     """Owe Nova the events (ARQ uuid, instance, status, reason) in the
-    caller's transaction, claimed for the caller to send once committed.
-    An event a request still owed is replaced by its new one."""
-    events = [e for e in events if e[1]]
-    if not events:
-        return []
-    forget(session, [arq for arq, *_ in events])
+    caller's transaction, claimed for the caller to send once committed;
+    a request bound to no instance owes none. An event a request still
+    owed is replaced by its new one."""
+    reason_chars = query.max_chars(NE.reason)
     now = timeutils.utcnow()
     claim = str(uuid_lib.uuid4())
-    reason_chars = NE.reason.expression.type.length
     owed = [Owed(arq, instance, status, claim,
                  reason[:reason_chars] if reason else None, 0, now)
-            for arq, instance, status, reason in events]
+            for arq, instance, status, reason in events if instance]
+    if not owed:
+        return []
+    forget(session, [o.arq_uuid for o in owed])
     session.execute(sa.insert(NE), [
         {'arq_uuid': o.arq_uuid, 'instance_uuid': o.instance_uuid,
          'status': o.status, 'reason': o.reason, 'attempts': 0,
@@ -162,7 +164,6 @@ def retry(session: sa.orm.Session,
 
 @reader
 def get_all(context: cyborg_context.RequestContext) -> list[Owed]:
-    """Every event owed, oldest first (for the status command and
-    tests)."""
+    """Every event owed, oldest first."""
     return [_owed(row) for row in context.session.scalars(
         sa.select(NE).order_by(NE.id))]
