@@ -15,6 +15,11 @@ class RequestContext(oslo_context.RequestContext):
     # Set by oslo.db's reader/writer for the length of a transaction: the
     # SQLAlchemy session.
     session: Any
+    # Set by ``rpc.call`` on the copy it sends: the time it sends the call
+    # plus the call's timeout (``cyborg.common.rpc_deadline``). Sent with
+    # the call, never read back into a context, so nothing a server passes
+    # on inherits it.
+    rpc_deadline: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return super().to_dict()

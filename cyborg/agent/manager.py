@@ -34,6 +34,12 @@ _ACTION_ERRORS = (exception.Invalid, exception.DeviceActionError,
 # What a report raises when no conductor answers.
 _UNREACHABLE = (exception.ServiceUnavailable, messaging.MessagingTimeout,
                 messaging.MessageUndeliverable)
+# Seconds before a first report no conductor took is tried again, doubled
+# at each try up to [agent] periodic_interval: agents that start a few
+# seconds before their conductors (a cloud booting, a conductor slow
+# under load) are known once one listens, not a whole pass (60 s by
+# default) later; one down for long gets a try a pass, as later reports.
+FIRST_REPORT_RETRY = 1.0
 
 
 def _check_string_map(name: str, value: Any) -> None:
@@ -91,6 +97,10 @@ class AgentManager:
         self.glance = glance or glance_client.GlanceClient(conf)
         self._device_locks: dict[str, threading.Lock] = {}
         self._device_locks_guard = threading.Lock()
+        # Tries of the first report no conductor took; whether a
+        # conductor took one since this agent started.
+        self._first_report_tries = 0
+        self._first_report_taken = False
 
     @property
     def cache(self) -> agent_cache.AgentCache:
@@ -433,9 +443,32 @@ class AgentManager:
             self.tracker.update()
         except _UNREACHABLE as exc:
             pending = self.tracker.pending
+            if not self.tracker.accepted:
+                self._first_report_tries += 1
+                LOG.warning('No conductor acknowledged the first inventory '
+                            'report of this agent (try %d: %s); report %s '
+                            'is tried again in %.0f s.',
+                            self._first_report_tries, exc,
+                            pending[:12] if pending else '-',
+                            self.report_retry_delay())
+                return
             LOG.warning('No conductor took the inventory report (%s); '
                         'report %s is kept and the next pass sends it.',
                         exc, pending[:12] if pending else '-')
+            return
+        if self.tracker.accepted and not self._first_report_taken:
+            self._first_report_taken = True
+            LOG.info('A conductor acknowledged the first inventory report '
+                     'of this agent (%d failed tries before).',
+                     self._first_report_tries)
+
+    def report_retry_delay(self) -> float | None:
+        """Seconds until the next report pass while the first report
+        waits for a conductor; None otherwise (the task's interval)."""
+        if self.tracker.accepted or not self._first_report_tries:
+            return None
+        return min(FIRST_REPORT_RETRY * 2 ** (self._first_report_tries - 1),
+                   float(self.conf.agent.periodic_interval))
 
     def heartbeat(self) -> None:
         self.conductor_api.service_heartbeat(

@@ -76,7 +76,8 @@ def build(conf: cfg.ConfigOpts,
                                  drivers=control)
     report = rpc_service.PeriodicTask('agent-report',
                                       agent.periodic_report,
-                                      conf.agent.periodic_interval)
+                                      conf.agent.periodic_interval,
+                                      next_delay=agent.report_retry_delay)
     monitor = None
     if conf.agent.hotplug:
         monitor = hotplug.HotplugMonitor(report.trigger,

@@ -3,8 +3,10 @@
 A CyborgException reaches the client with its own status and message. An
 outage (no conductor answered; the database cannot be reached, by this
 process or by the conductor that took the call) is a 503 with a
-Retry-After header, logged as one warning line with the request id. Any
-other exception is a bug: WSME logs it with its traceback, and the client
+Retry-After header, logged as one warning line with the request id. So is
+a client's error that microversions 2.0-2.3 answer with a 500
+(LegacyServerError): it is no bug, and needs no traceback. Any other
+exception is a bug: WSME logs it with its traceback, and the client
 gets a 500 naming the request id, never the internal message (which may
 hold SQL, hosts or addresses).
 """
@@ -120,6 +122,14 @@ def format_exception(excinfo: Any, debug: bool = False, *,
         LOG.warning('Request %s answered %d%s', _request_id(), error.code,
                     _cause(error))
         pecan.response.headers['Retry-After'] = str(RETRY_AFTER)
+        return errors.fault(error.code, error.message)
+    if isinstance(error, exception.LegacyServerError):
+        # WSME's own formatter logs every 5xx as an ERROR with the
+        # traceback; this 500 is the client's mistake, answered as
+        # clients of 2.0-2.3 expect (see schemas.legacy_error).
+        LOG.warning('Request %s answered %d for a client error (a 4xx '
+                    'from microversion 2.4 on): %s', _request_id(),
+                    error.code, error.message)
         return errors.fault(error.code, error.message)
     fault = default(excinfo, debug)
     if isinstance(error, exception.CyborgException):

@@ -88,6 +88,14 @@ class DatabaseUnavailable(ServiceUnavailable):
                'retry later.')
 
 
+class CallExpired(ServiceUnavailable):
+    """An RPC call reached its server after its deadline
+    (``cyborg.common.rpc_deadline``)."""
+
+    msg_fmt = ('Service unavailable: the RPC call %(method)s reached its '
+               'server after its deadline; nothing was done.')
+
+
 class LegacyServerError(CyborgException):
     """An error that API versions before 2.4 answer with 500, as clients
     written against them (and their tests) expect; 2.4 answers 400."""

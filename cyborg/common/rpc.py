@@ -1,14 +1,20 @@
 """oslo.messaging plumbing: one transport per process, clients and servers."""
+import copy
+import time
 from collections.abc import Callable
 from typing import Any
 
 import oslo_messaging as messaging
+from kombu import exceptions as kombu_exceptions
 from oslo_config import cfg
 from oslo_messaging import opts as messaging_opts
+from oslo_messaging.rpc import server as rpc_server
 from oslo_serialization import jsonutils
 
 from cyborg import context as cyborg_context
+from cyborg.common import exception
 from cyborg.common import patches
+from cyborg.common import rpc_deadline
 
 CONDUCTOR_TOPIC = 'cyborg-conductor'
 AGENT_TOPIC = 'cyborg-agent'
@@ -26,6 +32,23 @@ _TRANSPORT: messaging.Transport | None = None
 # message costs several empty passes through its retry machinery: 10 to
 # 15% of a conductor's and an API process's CPU per create.
 POLL_AFTER_MESSAGE = 0.1
+
+# How many times a call reconnects to the broker to send its message
+# (oslo.messaging's ``retry``; its default retries for ever): a call made
+# while the broker is away would otherwise wait for the whole outage and
+# be carried out once the broker is back, long after its caller gave up.
+# One reconnection still carries a call over a pooled connection that went
+# stale while the broker stayed up (a broker restarted since, a cluster
+# node gone: kombu moves to the next node of the transport URL on each
+# attempt). With the broker away a call then fails after two connection
+# attempts a ``rabbit_retry_interval`` (1 s) apart: 1 to 3 s here, with
+# connections refused; each attempt can take up to kombu's connect timeout
+# (5 s) when the broker's host drops packets instead.
+CALL_RETRY = 1
+# What a driver raises when it cannot send: oslo.messaging's own, and
+# kombu's when a new pooled connection cannot be made.
+_SEND_FAILED = (messaging.MessageDeliveryFailure,
+                kombu_exceptions.OperationalError)
 
 
 def init(conf: cfg.ConfigOpts, url: str | None = None) -> None:
@@ -99,7 +122,11 @@ class RequestContextSerializer(messaging.Serializer):
         return self._base.deserialize_entity(context, entity)
 
     def serialize_context(self, context: Any) -> dict[str, Any]:
-        return context.to_dict()
+        values = context.to_dict()
+        deadline = getattr(context, 'rpc_deadline', None)
+        if deadline is not None:
+            values[rpc_deadline.DEADLINE_KEY] = deadline
+        return values
 
     def deserialize_context(self, context: dict[str, Any]
                             ) -> cyborg_context.RequestContext:
@@ -115,9 +142,11 @@ def get_client(target: messaging.Target,
 
 def get_server(target: messaging.Target,
                endpoints: list[Any]) -> messaging.MessageHandlingServer:
-    return messaging.get_rpc_server(
-        _transport(), target, endpoints,
-        serializer=RequestContextSerializer())
+    """An RPC server that drops calls past their deadline (see
+    ``rpc_deadline``) and dispatches the others to ``endpoints``."""
+    dispatcher = rpc_deadline.DeadlineDispatcher(
+        endpoints, RequestContextSerializer())
+    return rpc_server.RPCServer(_transport(), target, dispatcher)
 
 
 def call(client: messaging.RPCClient, context: Any, version: str,
@@ -129,17 +158,30 @@ def call(client: messaging.RPCClient, context: Any, version: str,
     ``server`` addresses one server of the topic; ``timeout`` overrides
     ``[DEFAULT] rpc_response_timeout``. Sent ``at_least_once``: when no
     server has its queue bound, the broker returns the message and the call
-    fails at once instead of waiting for the timeout. When nobody listens
-    or answers in time, raises ``unavailable(reason)``.
+    fails at once instead of waiting for the timeout. The call carries its
+    deadline, when it was sent plus its timeout (``rpc_deadline``), and is
+    sent with at most ``CALL_RETRY`` reconnections. When the broker cannot
+    be reached, nobody listens or answers in time, or the server got the
+    call after its deadline, raises ``unavailable(reason)``: the call was
+    not carried out, unless a server carried it out and its answer was
+    lost or came too late.
     """
     cctxt = client.prepare(
-        server=server, version=version, timeout=timeout,
+        server=server, version=version, timeout=timeout, retry=CALL_RETRY,
         transport_options=messaging.TransportOptions(at_least_once=True))
+    waited = cctxt.timeout or client.conf.rpc_response_timeout
+    sent = copy.copy(context)
+    sent.rpc_deadline = time.time() + waited
     try:
-        return cctxt.call(context, method, **kwargs)
+        return cctxt.call(sent, method, **kwargs)
     except messaging.MessageUndeliverable as exc:
         raise unavailable(f'nothing listens for {method}') from exc
+    except _SEND_FAILED as exc:
+        raise unavailable(f'the message broker cannot be reached, '
+                          f'{method} was not sent') from exc
     except messaging.MessagingTimeout as exc:
-        waited = cctxt.timeout or client.conf.rpc_response_timeout
         raise unavailable(
             f'no answer to {method} within {waited}s') from exc
+    except exception.CallExpired as exc:
+        raise unavailable(f'{method} reached its server after its '
+                          f'deadline ({waited}s) and was dropped') from exc

@@ -24,16 +24,20 @@ class PeriodicTask:
     """Runs ``func`` on an oslo.service looping call.
 
     The first pass runs at ``start()``, each next one ``interval`` seconds
-    after the last ended; ``trigger()`` asks for one at once. Two passes
+    after the last ended, or as many as ``next_delay`` answers after it
+    when that is not None; ``trigger()`` asks for one at once. Two passes
     never run at the same time: one asked for while another runs follows
     it. A pass that fails is logged and the task goes on.
     """
 
     def __init__(self, name: str, func: Callable[[], Any],
-                 interval: float) -> None:
+                 interval: float,
+                 next_delay: Callable[[], float | None] | None = None
+                 ) -> None:
         self.name = name
         self.func = func
         self.interval = interval
+        self.next_delay = next_delay
         self._cond = threading.Condition()
         self._running = False
         self._again = False
@@ -82,7 +86,8 @@ class PeriodicTask:
 
     def _tick(self) -> float:
         self.run()
-        return self.interval
+        delay = self.next_delay() if self.next_delay is not None else None
+        return self.interval if delay is None else delay
 
 
 class RPCService(service.ServiceBase):

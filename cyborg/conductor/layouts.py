@@ -16,6 +16,10 @@ An agent that stops answering mid-change leaves the device ``applying``,
 held back; it applies its kept layout again when it starts, and
 ``redrive`` (every ``REDRIVE_INTERVAL`` seconds) asks it again once
 ``[conductor] bind_timeout`` has passed, ending the change either way.
+A conductor that stops mid-enable leaves the device ``preparing``, which
+refuses every enable and layout change: past the same timeout ``redrive``
+has the agent prepare it again, and enables it, or puts it in ``error``
+with why (enabling it again tries again).
 """
 import datetime
 import logging
@@ -177,6 +181,31 @@ class DeviceLayouts:
                             uuid, target['host'])
             except exception.CyborgException as exc:
                 LOG.error('Device %s: layout change failed: %s', uuid, exc)
+        # The enable that began these ended with its conductor: the agent
+        # call it made has timed out by now (its timeout is the same).
+        for uuid in layouts.stale_preparations(context, older):
+            self._redrive_preparation(context, uuid)
+
+    def _redrive_preparation(self, context: Context, uuid: str) -> None:
+        target = layouts.target(context, uuid)
+        layout = (target['layout']
+                  if target['layout_state'] == layouts.APPLYING else None)
+        LOG.warning('Device %s: its preparation did not end (the conductor '
+                    'that began it stopped); asking its agent on %s again.',
+                    uuid, target['host'])
+        try:
+            self._prepare(context, target, layout)
+        except exception.AgentUnavailable as exc:
+            reason = (f'its preparation was interrupted and its agent did '
+                      f'not answer ({exc}); enable it again')
+            if layout is not None:
+                layouts.finish_layout(context, target['id'], layouts.FAILED,
+                                      reason)
+            layouts.finish_prepare(context, target['id'], 'error', reason)
+            self.sync_placement(target['hostname'])
+            LOG.warning('Device %s: %s.', uuid, reason)
+        except exception.CyborgException as exc:
+            LOG.error('Device %s: %s', uuid, exc)
 
     def enable(self, context: Context, uuid: str) -> bool:
         """Prepare the device through its agent, apply the layout set
@@ -193,26 +222,35 @@ class DeviceLayouts:
         layout = (before['layout'] if before['layout_state'] in (
             layouts.PENDING, layouts.FAILED) else None)
         try:
-            self.agent_api.prepare_device(
-                context, before['host'], before['cpid_info'],
-                before['driver_name'], layout, timeout=self.timeout)
+            self._prepare(context, before, layout)
         except exception.AgentUnavailable:
             layouts.finish_prepare(context, before['id'], before['status'],
                                    before['status_reason'])
             if layout is not None:
                 layouts.restore_layout(context, before)
             raise
+        return True
+
+    def _prepare(self, context: Context, target: dict[str, Any],
+                 layout: dict[str, Any] | None) -> None:
+        """Have the agent prepare the device taken ``preparing`` (and
+        apply ``layout``), then end it: ``enabled``, or ``error`` and
+        PrepareFailed. AgentUnavailable is the caller's to end."""
+        try:
+            self.agent_api.prepare_device(
+                context, target['host'], target['cpid_info'],
+                target['driver_name'], layout, timeout=self.timeout)
         except (exception.Invalid, *_FAILED) as exc:
             if layout is not None:
-                layouts.finish_layout(context, before['id'], layouts.FAILED,
+                layouts.finish_layout(context, target['id'], layouts.FAILED,
                                       str(exc))
-            layouts.finish_prepare(context, before['id'], 'error', str(exc))
-            self.sync_placement(before['hostname'])
-            raise exception.PrepareFailed(uuid=uuid, reason=exc) from None
+            layouts.finish_prepare(context, target['id'], 'error', str(exc))
+            self.sync_placement(target['hostname'])
+            raise exception.PrepareFailed(uuid=target['uuid'],
+                                          reason=exc) from None
         if layout is not None:
-            layouts.finish_layout(context, before['id'], 'applied', None)
-        layouts.finish_prepare(context, before['id'], 'enabled', None)
-        self.sync_placement(before['hostname'])
-        LOG.info('Device %s prepared and enabled%s.', uuid,
+            layouts.finish_layout(context, target['id'], 'applied', None)
+        layouts.finish_prepare(context, target['id'], 'enabled', None)
+        self.sync_placement(target['hostname'])
+        LOG.info('Device %s prepared and enabled%s.', target['uuid'],
                  f' with layout {layout}' if layout is not None else '')
-        return True

@@ -23,8 +23,8 @@ EVENT_NAME = 'accelerator-request-bound'
 # the whole body's validation.
 MICROVERSION = '2.82'
 EVENTS_PATH = '/os-server-external-events'
-# keystoneauth tries a post again after a connection failure or an error
-# answer, twice, 1.25 s apart: 3 tries and 2.5 s of waiting in all, long
+# keystoneauth tries a post again after a connection failure or a server
+# error, twice, 1.25 s apart: 3 tries and 2.5 s of waiting in all, long
 # enough for a Nova API behind a restarting proxy to come back, short
 # enough not to hold the conductor thread that ended the bind. The [nova]
 # options of the same names, when set, take their place.
@@ -33,9 +33,12 @@ RETRIES = {
     'connect_retry_delay': 1.25,
     'status_code_retries': 2,
     'status_code_retry_delay': 1.25,
-    # Every 4xx and 5xx answer; 200 and 207 answer for each event, and
-    # keystoneauth follows redirects.
-    'retriable_status_codes': list(range(400, 600)),
+    # 5xx only: a 4xx (a bad token or microversion, a body Nova refuses,
+    # 404 for instances that are all gone) gets the same answer again, and
+    # three tries of it held the bind's thread 2.5 s for nothing. 200 and
+    # 207 answer for each event; keystoneauth re-authenticates once on a
+    # 401 and follows redirects itself.
+    'retriable_status_codes': list(range(500, 600)),
 }
 
 # An ARQ's final state, as Nova's waiting compute reads it.
@@ -115,10 +118,10 @@ class NovaClient:
         """Tell Nova, in one request, that the binds of ``events`` ended.
 
         Never raises: Nova also reads the ARQs that are already resolved
-        when it starts waiting, so a lost ``completed`` event only matters
-        to an instance that was waiting by then, and it must not turn a
-        bind into a failure; a ``failed`` one its caller sends again while
-        the outcome says Nova did not take it (``bind_failures``).
+        when it starts waiting, so a ``completed`` event not taken only
+        matters to an instance that was waiting by then, and it must not
+        turn a bind into a failure; the caller sends an event again while
+        the outcome says Nova did not answer for it (``nova_outbox``).
         """
         outcome = EventsOutcome()
         if not events:
@@ -147,10 +150,11 @@ class NovaClient:
                 self._read_answer(events, response, outcome)
                 return outcome
             failure = f'HTTP {response.status_code}'
-        LOG.error('Nova did not take the events of ARQs %(arqs)s '
-                  '(%(failure)s); an instance already waiting for them fails '
-                  'when Nova\'s arq_binding_timeout ends',
-                  {'arqs': arqs, 'failure': failure})
+        # A warning, not an error: the events stay owed and are sent again
+        # (nova_outbox), every 8 s at most while Nova stays away.
+        LOG.warning('Nova did not take the events of ARQs %(arqs)s '
+                    '(%(failure)s); they are sent again until it answers',
+                    {'arqs': arqs, 'failure': failure})
         return outcome
 
     @staticmethod
@@ -174,7 +178,7 @@ class NovaClient:
                 # Nova dispatches events to the instance's host; before it
                 # has one, its compute has not started waiting either, and
                 # will read a Bound ARQ itself when it does. A failure is
-                # sent again (bind_failures): read, it would pass for
+                # sent again (nova_outbox): read, it would pass for
                 # resolved.
                 LOG.debug('Instance %(instance)s of ARQ %(arq)s is not on a '
                           'host yet; Nova reads the ARQ when it waits', args)

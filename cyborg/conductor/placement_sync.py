@@ -7,7 +7,8 @@ unchanged host costs no placement call. Failures are per provider: one
 that fails stays marked unsynced and is retried by the periodic pass, with
 a backoff per host, and never blocks the others. ``reconcile`` compares
 placement itself with the database, to repair providers changed or
-removed behind the conductor's back.
+removed behind the conductor's back; the live conductors share the hosts
+for it on a hash ring.
 
 An outage of placement is not a failure of each host: once a call finds
 placement away, this conductor stops calling it, queues the hosts it
@@ -29,8 +30,10 @@ from oslo_utils import timeutils
 
 from cyborg import context as cyborg_context
 from cyborg.common import exception
+from cyborg.conductor import hash_ring
 from cyborg.conductor import placement_client
 from cyborg.db.api import providers
+from cyborg.db.api import services
 
 LOG = logging.getLogger(__name__)
 
@@ -130,15 +133,38 @@ class PlacementSync:
             self._track(hostname, self.sync_host(hostname))
 
     def reconcile(self) -> None:
-        """Compare every host's providers in placement with the database
-        and repair the differences."""
+        """Compare the providers in placement with the database for the
+        hosts of this conductor (``my_hosts``) and repair the
+        differences."""
         context = cyborg_context.get_admin_context()
-        for hostname in providers.all_hostnames(context):
+        for hostname in self.my_hosts(context):
             if self.placement_away:
                 LOG.debug('Placement is away; reconcile waits for its '
                           'next turn.')
                 return
+            LOG.debug('Reconciling host %s.', hostname)
             self._track(hostname, self.sync_host(hostname, verify=True))
+        LOG.debug('Reconcile pass done.')
+
+    def my_hosts(self, context: cyborg_context.RequestContext
+                 ) -> list[str]:
+        """The hosts this conductor reconciles: those a hash ring of the
+        live conductors (a heartbeat within ``service_down_time``) gives
+        it, so that each host is compared once per pass, not once per
+        conductor, and a stopped conductor's hosts go to the others at
+        their next pass after its heartbeat goes stale. This conductor
+        counts itself live (its first heartbeat may not be written yet):
+        a host may then be compared twice, never not at all."""
+        host = self.conf.host
+        live = {host, *services.alive_hosts(
+            context, 'cyborg-conductor', self.conf.service_down_time)}
+        ring = hash_ring.HashRing(live)
+        hostnames = providers.all_hostnames(context)
+        mine = [hostname for hostname in hostnames
+                if ring.owner(hostname) == host]
+        LOG.debug('Reconcile pass over %d of %d host(s); live conductors: '
+                  '%s.', len(mine), len(hostnames), ', '.join(sorted(live)))
+        return mine
 
     @property
     def placement_away(self) -> bool:

@@ -10,10 +10,11 @@ nova_group = cfg.OptGroup(
          'events to. The user must have the "service" role, which Nova\'s '
          'default policy requires for external events. The usual '
          'keystoneauth auth, session and adapter options. An events post '
-         'that cannot connect or gets a 4xx or 5xx answer is tried twice '
-         'more, 1.25 seconds apart; connect_retries, connect_retry_delay, '
-         'status_code_retries, status_code_retry_delay and '
-         'retriable_status_codes, when set, change that.')
+         'that cannot connect or gets a 5xx answer is tried twice more, '
+         '1.25 seconds apart, and one that gets a 4xx is not tried again; '
+         'connect_retries, connect_retry_delay, status_code_retries, '
+         'status_code_retry_delay and retriable_status_codes, when set, '
+         'change that.')
 
 nova_opts = [
     cfg.BoolOpt(

@@ -8,6 +8,7 @@ import datetime
 import sqlalchemy as sa
 from oslo_utils import timeutils
 from sqlalchemy import orm
+from sqlalchemy.dialects import mysql
 
 from cyborg.common.device_health import HEALTH_SOURCES
 from cyborg.common.device_health import HEALTH_STATES
@@ -44,6 +45,34 @@ def _enum(values: tuple[str, ...], name: str) -> sa.Enum:
                    create_constraint=True, length=32)
 
 
+def host_collation(dialect: sa.engine.Dialect) -> str:
+    """The MySQL collation of host-name columns on this server.
+
+    MySQL's and MariaDB's default collations ignore case and trailing
+    spaces, so ``RELNODE1 `` would find the row of ``relnode1`` and the
+    RPC would go to a host that has no agent. Binary collations compare
+    exactly, but ``utf8mb4_bin`` still pads (ignores trailing spaces);
+    these two do not. PostgreSQL and SQLite compare exactly already.
+    """
+    return ('utf8mb4_nopad_bin' if getattr(dialect, 'is_mariadb', False)
+            else 'utf8mb4_0900_bin')
+
+
+class HostName(sa.types.TypeDecorator[str]):
+    """A host or compute node name, compared exactly on every database
+    (see ``host_collation``)."""
+
+    impl = sa.String(255)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: sa.engine.Dialect
+                          ) -> sa.types.TypeEngine[str]:
+        if dialect.name == 'mysql':
+            return dialect.type_descriptor(mysql.VARCHAR(
+                255, charset='utf8mb4', collation=host_collation(dialect)))
+        return dialect.type_descriptor(sa.String(255))
+
+
 class Base(orm.DeclarativeBase):
     metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
 
@@ -62,10 +91,10 @@ class Service(Base):
         sa.UniqueConstraint('host', 'binary'),
     )
 
-    host: orm.Mapped[str] = orm.mapped_column(sa.String(255))
+    host: orm.Mapped[str] = orm.mapped_column(HostName())
     binary: orm.Mapped[str] = orm.mapped_column(
         _enum(SERVICE_BINARIES, 'binary'))
-    hostname: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
+    hostname: orm.Mapped[str | None] = orm.mapped_column(HostName())
     version: orm.Mapped[str] = orm.mapped_column(sa.String(64))
     last_seen_at: orm.Mapped[datetime.datetime] = orm.mapped_column(
         sa.DateTime)
@@ -90,8 +119,8 @@ class Device(Base):
     vendor_board_info: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
     # The agent's RPC name and the placement root provider name differ on
     # many hosts; both are kept so neither is guessed from the other.
-    host: orm.Mapped[str] = orm.mapped_column(sa.String(255))
-    hostname: orm.Mapped[str] = orm.mapped_column(sa.String(255))
+    host: orm.Mapped[str] = orm.mapped_column(HostName())
+    hostname: orm.Mapped[str] = orm.mapped_column(HostName())
     status: orm.Mapped[str] = orm.mapped_column(
         _enum(DEVICE_STATUSES, 'status'), default='enabled')
     # Why the device is in ``error`` (its preparation failed).
@@ -174,6 +203,11 @@ class Deployable(Base):
     # still holds it; placement then reserves all of it.
     missing_since: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
         sa.DateTime)
+    # Set while an operator has turned the deployable's driver off on its
+    # host: the rows stay (uuid, overrides, layout, provider) and
+    # placement reserves all of it until the driver reports it again.
+    driver_disabled_since: orm.Mapped[datetime.datetime | None] = (
+        orm.mapped_column(sa.DateTime))
     # Device-side work under way ('programming'), taken and ended by
     # conditional UPDATEs so that binds and programs exclude each other
     # across conductors; the bitstream being loaded, and since when (a
@@ -281,7 +315,7 @@ class AcceleratorRequest(Base):
     device_profile_group_id: orm.Mapped[int] = orm.mapped_column(
         sa.Integer, default=0)
     device_profile_group: orm.Mapped[str] = orm.mapped_column(sa.Text)
-    hostname: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
+    hostname: orm.Mapped[str | None] = orm.mapped_column(HostName())
     device_rp_uuid: orm.Mapped[str | None] = orm.mapped_column(
         sa.String(36))
     instance_uuid: orm.Mapped[str | None] = orm.mapped_column(sa.String(36))
@@ -312,7 +346,7 @@ class ProviderRemoval(Base):
     )
 
     rp_uuid: orm.Mapped[str] = orm.mapped_column(sa.String(36), unique=True)
-    hostname: orm.Mapped[str] = orm.mapped_column(sa.String(255))
+    hostname: orm.Mapped[str] = orm.mapped_column(HostName())
 
 
 class DriverState(Base):
@@ -325,7 +359,7 @@ class DriverState(Base):
         sa.UniqueConstraint('host', 'driver_name'),
     )
 
-    host: orm.Mapped[str] = orm.mapped_column(sa.String(255))
+    host: orm.Mapped[str] = orm.mapped_column(HostName())
     driver_name: orm.Mapped[str] = orm.mapped_column(sa.String(100))
     state: orm.Mapped[str] = orm.mapped_column(
         _enum(DRIVER_STATES, 'state'))

@@ -109,7 +109,9 @@ class Placement:
 class Relay:
     """A TCP relay on 127.0.0.1 in front of ``url``, to take placement
     away and bring it back without restarting it: while closed, its port
-    refuses connections and the ones it carried are cut."""
+    refuses connections and the ones it carried are cut. ``freeze`` holds
+    what it carries, both ways, until ``thaw``, as a stalled network link
+    does: connections stay open and nothing is lost."""
 
     def __init__(self, url: str) -> None:
         target = urllib.parse.urlsplit(url)
@@ -119,6 +121,14 @@ class Relay:
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
         self._accepting: tuple[socket.socket, threading.Thread] | None = None
+        self._flowing = threading.Event()
+        self._flowing.set()
+
+    def freeze(self) -> None:
+        self._flowing.clear()
+
+    def thaw(self) -> None:
+        self._flowing.set()
 
     def open(self) -> None:
         listener = socket.socket()
@@ -162,6 +172,7 @@ class Relay:
     def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         try:
             while data := src.recv(65536):
+                self._flowing.wait()
                 dst.sendall(data)
         except OSError:
             pass

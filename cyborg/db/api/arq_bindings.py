@@ -60,7 +60,8 @@ class BindBatch:
     instances: dict[str, str] = dataclasses.field(default_factory=dict)
     jobs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     released: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    # Binds sent again exactly as they were applied: nothing changed.
+    # Binds sent again exactly as they were applied, and (from 2.9)
+    # unbinds of requests already Unbound: nothing changed.
     repeated: set[str] = dataclasses.field(default_factory=set)
     # Attach handles (ids) given back that start cleaning after use (see
     # ``cleaning``): the caller cleans them once committed.
@@ -171,6 +172,9 @@ def refusal(deployable: Any | None, hostname: str,
         return f'the deployable is on {deployable.hostname}, not {hostname}'
     if deployable.status != 'enabled':
         return 'the device is disabled'
+    if deployable.driver_disabled_since is not None:
+        return (f'its driver {deployable.driver_name} is disabled on '
+                f'{deployable.host}')
     if deployable.health == 'unhealthy':
         # Placement reserves an unhealthy device's inventory, but a
         # scheduler may have picked it just before.
@@ -196,7 +200,8 @@ def _bind(session: sa.orm.Session, uuid: str, binding: dict[str, Any],
     """
     deployable = session.execute(
         sa.select(Dep.id, Dep.uuid, Dep.name, Dep.driver_name,
-                  models.Device.hostname, models.Device.host,
+                  Dep.driver_disabled_since, models.Device.hostname,
+                  models.Device.host,
                   models.Device.status, models.Device.health,
                   models.Device.health_reason,
                   models.ControlpathID.cpid_type,
@@ -328,7 +333,8 @@ def apply_in(session: sa.orm.Session, binds: dict[str, dict[str, Any]],
     requests bound in one PATCH only (its claim, see ``claims.take``), unless
     ``live`` (microversion 2.9): then binds may join the requests its claim
     holds, as ``claims.join`` allows, an ARQ bound elsewhere is a Conflict
-    naming its binding, and so is an unbind of an ARQ that is not bound.
+    naming its binding, and so is an unbind of an ARQ never bound
+    (Initial); an unbind of one already Unbound changes nothing.
 
     Every unbind ends Unbound; one holding an mdev releases it (see
     ``attach_handles.release``): the caller has it removed on its host.
@@ -355,12 +361,17 @@ def apply_in(session: sa.orm.Session, binds: dict[str, dict[str, Any]],
                        '"remove" operations) to bind it elsewhere.')
     if live:
         for uuid in unbinds:
-            if found[uuid].state in BINDABLE:
+            if found[uuid].state == 'Initial':
                 raise exception.Conflict(
-                    reason=f'Accelerator request {uuid} is '
-                           f'{found[uuid].state}: it is bound to no '
-                           'instance, so there is nothing to unbind. Leave '
-                           'it out of the PATCH.')
+                    reason=f'Accelerator request {uuid} is Initial: it is '
+                           'bound to no instance, so there is nothing to '
+                           'unbind. Leave it out of the PATCH.')
+        # An unbind sent again (a PATCH whose answer was lost) finds its
+        # request Unbound: it changes nothing, as a bind sent again does,
+        # and announces nothing a second time.
+        again = [u for u in unbinds if found[u].state == 'Unbound']
+        batch.repeated.update(again)
+        unbinds = [u for u in unbinds if u not in again]
     going = []
     for uuid in unbinds:
         _transition(session, uuid, UNBINDABLE, 'unbinding', UNBOUND)

@@ -48,7 +48,7 @@ def finish_binds(context: cyborg_context.RequestContext,
     and attach handle id): Bound, or failed, giving back the handle as
     ``attach_handles.release`` does. A failed bind stays BindStarted
     without a handle while ``owed`` (its failure is yet to reach Nova, see
-    ``end_failures``), and ends BindFailed at once otherwise. A bind ends
+    ``settle_events``), and ends BindFailed at once otherwise. A bind ends
     only if its ARQ is still BindStarted with the handle the job took: one
     unbound or deleted meanwhile (and maybe bound again) is left alone,
     for the caller to undo what it made.

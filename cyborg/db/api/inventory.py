@@ -5,7 +5,10 @@ the number of devices), compares them with the report and writes only the
 difference, in one transaction: an unchanged report writes nothing, and new
 rows are inserted a table at a time. Rows are matched by identity (see
 ``host_rows``). Parts that an accelerator request still uses are never
-deleted; they stay until the request lets go of them.
+deleted; they stay until the request lets go of them. Nor are the devices
+of a driver an operator turned off on the host (the report says
+``disabled``): they keep their rows, reserved in placement, and come back
+as they were when the driver reports them again.
 """
 import collections
 import dataclasses
@@ -156,7 +159,7 @@ def _deployable_values(report: Report, hostname: str,
             'driver_name': report['driver_name'],
             'rp_uuid': resource_provider_uuid(hostname, cpid_info,
                                               report['name']),
-            'missing_since': None}
+            'missing_since': None, 'driver_disabled_since': None}
 
 
 def _attribute_rows(deployable_id: int, attributes: dict[str, str]
@@ -281,7 +284,7 @@ def _delete_deployable(w: _Writer, dep: DeployableRows,
 
 
 def _sync_device(w: _Writer, existing: DeviceRows, report: Report,
-                 hostname: str, rows: HostRows
+                 hostname: str, rows: HostRows, disabled: set[str]
                  ) -> list[tuple[int, int, dict[str, str], Report]]:
     """Update a known device; return its new deployables to add."""
     changed = w.update(models.Device, existing.row,
@@ -315,6 +318,9 @@ def _sync_device(w: _Writer, existing: DeviceRows, report: Report,
     matched = {known[n].row.id for n in reported if n in known}
     for name, dep_rows in existing.deployables.items():
         if dep_rows.row.id in matched:
+            continue
+        if dep_rows.row.driver_name in disabled:
+            changed |= _keep_disabled(w, dep_rows)
             continue
         if dep_rows.row.id in rows.busy_deployables:
             LOG.warning('Deployable %s is gone from the host but still in '
@@ -367,8 +373,35 @@ def _mark_missing(w: _Writer, dep: DeployableRows) -> None:
                  {'missing_since': timeutils.utcnow(), 'rp_synced': None})
 
 
+def _keep_disabled(w: _Writer, dep: DeployableRows) -> bool:
+    """An operator turned the deployable's driver off on its host: keep
+    it, with its uuid, overrides and provider, reserved in placement
+    until the driver reports it again (see providers.held_back)."""
+    if dep.row.driver_disabled_since is not None:
+        return False
+    w.update(models.Deployable, dep.row,
+             {'driver_disabled_since': timeutils.utcnow(),
+              'rp_synced': None})
+    return True
+
+
 def _remove_device(w: _Writer, host: str, key: str, device: DeviceRows,
-                   rows: HostRows) -> None:
+                   rows: HostRows, disabled: set[str]) -> None:
+    off = [d for d in device.deployables.values()
+           if d.row.driver_name in disabled]
+    if off:
+        # Kept whole: what its other drivers no longer report goes as
+        # from a reported device.
+        LOG.info('Device %s on host %s is kept while its driver is turned '
+                 'off.', key, host)
+        for dep in device.deployables.values():
+            if dep.row.driver_name in disabled:
+                _keep_disabled(w, dep)
+            elif dep.row.id in rows.busy_deployables:
+                _mark_missing(w, dep)
+            else:
+                _delete_deployable(w, dep, device.row.hostname)
+        return
     in_use = [d.row.name for d in device.deployables.values()
               if d.row.id in rows.busy_deployables]
     if in_use:
@@ -398,14 +431,18 @@ def apply_report(context: cyborg_context.RequestContext, host: str,
     reported = {host_rows.cpid_key(dev['controlpath_id']['cpid_type'],
                                    dev['controlpath_id']['cpid_info']): dev
                 for dev in report['devices']}
+    # A driver an operator turned off reports no devices; its devices
+    # keep their rows until it is turned on again.
+    disabled = {name for name, entry in report.get('drivers', {}).items()
+                if entry['state'] == 'disabled'}
     for key, device in rows.devices.items():
         if key not in reported:
-            _remove_device(w, host, key, device, rows)
+            _remove_device(w, host, key, device, rows, disabled)
     new_deployables = []
     for key, dev in reported.items():
         if key in rows.devices:
-            new_deployables.extend(
-                _sync_device(w, rows.devices[key], dev, hostname, rows))
+            new_deployables.extend(_sync_device(
+                w, rows.devices[key], dev, hostname, rows, disabled))
     # Deletes first: a re-added part may reuse a unique value.
     w.flush_deletes()
     # Only new devices take the agent's status; known ones keep theirs.

@@ -172,10 +172,28 @@ def note_layout(context: cyborg_context.RequestContext, device_id: int,
 @reader
 def stale_layouts(context: cyborg_context.RequestContext,
                   older_than: datetime.datetime) -> list[str]:
-    """The devices ``applying`` since before ``older_than``."""
+    """The devices ``applying`` since before ``older_than``, but those
+    being prepared: their preparation applies the layout
+    (``stale_preparations``)."""
     return list(context.session.scalars(
         sa.select(Device.uuid).where(Device.layout_state == APPLYING,
-                                     Device.layout_changed_at < older_than)
+                                     Device.layout_changed_at < older_than,
+                                     Device.status != 'preparing')
+        .order_by(Device.id)))
+
+
+@reader
+def stale_preparations(context: cyborg_context.RequestContext,
+                       older_than: datetime.datetime) -> list[str]:
+    """The devices ``preparing`` since before ``older_than``.
+
+    ``updated_at`` is when ``begin_prepare`` wrote, or later: any other
+    write to the device moves it, which only delays the sweep, never
+    starts it early.
+    """
+    return list(context.session.scalars(
+        sa.select(Device.uuid).where(Device.status == 'preparing',
+                                     Device.updated_at < older_than)
         .order_by(Device.id)))
 
 

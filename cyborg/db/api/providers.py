@@ -77,7 +77,8 @@ def provider_name(hostname: str, deployable_name: str) -> str:
 def held_back() -> sa.ColumnElement[bool]:
     """Whether placement reserves all of a deployable's accelerators.
 
-    Maintenance, a device gone while held, and an unhealthy device (a
+    Maintenance, a device gone while held, a device whose driver an
+    operator turned off on its host, and an unhealthy device (a
     NoSchedule taint: held requests keep it) all reserve it. The capacity
     view (``capacity.get``) counts ``reserved`` by the same rule. So does
     a device whose layout is being changed (or failed to): its handles
@@ -86,6 +87,7 @@ def held_back() -> sa.ColumnElement[bool]:
     return sa.or_(Device.status != 'enabled',
                   Device.health == 'unhealthy',
                   Dep.missing_since.is_not(None),
+                  Dep.driver_disabled_since.is_not(None),
                   sa.func.coalesce(Device.layout_state, 'none').in_(
                       ('pending', 'applying', 'failed')))
 

@@ -185,6 +185,18 @@ def get_all(context: cyborg_context.RequestContext,
 
 
 @reader
+def alive_hosts(context: cyborg_context.RequestContext, binary: str,
+                down_time: int = 60) -> list[str]:
+    """The hosts of ``binary`` whose last heartbeat is at most
+    ``down_time`` seconds old, sorted."""
+    return list(context.session.scalars(
+        sa.select(models.Service.host).where(
+            models.Service.binary == binary,
+            models.Service.last_seen_at >= _down_after(down_time))
+        .order_by(models.Service.host)))
+
+
+@reader
 def get_page(context: cyborg_context.RequestContext,
              binary: str | None = None, host: str | None = None,
              down_time: int = 60, size: int | None = None,

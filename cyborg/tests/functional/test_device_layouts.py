@@ -34,6 +34,7 @@ from cyborg.db.api import arqs
 from cyborg.db.api import device_profiles
 from cyborg.db.api import devices
 from cyborg.db.api import inventory
+from cyborg.db.api import layouts as db_layouts
 from cyborg.tests import placement_server
 
 
@@ -484,3 +485,69 @@ def test_a_layout_set_while_not_enabled_is_applied_as_it_is_enabled(
     conductor.device_set_status(ctx, gpu['uuid'], 'maintaining')
     conductor.device_enable(ctx, gpu['uuid'])
     assert agent.prepared_with is None
+
+
+def _stopped_mid_enable(ctx, conductor, gpu_uuid, wanted):
+    """What a conductor leaves when it stops after taking the device
+    for its preparation, before the agent answered."""
+    conductor.device_set_status(ctx, gpu_uuid, 'maintaining')
+    conductor.device_set_layout(ctx, gpu_uuid, wanted)
+    assert db_layouts.begin_prepare(ctx, gpu_uuid) is not None
+    with raises(exception.DeviceBusy, 'being prepared'):
+        conductor.device_enable(ctx, gpu_uuid)
+    # Dated by the preparation's own write...
+    soon = timeutils.utcnow() + datetime.timedelta(seconds=1)
+    assert db_layouts.stale_preparations(ctx, soon) == [gpu_uuid]
+    # ...and not yet stale: the pass leaves it to the conductor that
+    # began it.
+    conductor.layouts.redrive()
+    assert devices.get(ctx, gpu_uuid)['status'] == 'preparing'
+    # Past the bind timeout (that conductor's call to the agent has
+    # timed out by then).
+    past = timeutils.utcnow() - datetime.timedelta(hours=1)
+    with db_api.get_engine().begin() as conn:
+        conn.execute(sa.update(models.Device)
+                     .where(models.Device.uuid == gpu_uuid)
+                     .values(updated_at=past, layout_changed_at=past))
+
+
+def test_a_preparation_its_conductor_left_is_swept(stack, placement):
+    ctx, conductor, agent, _, found = stack
+    gpu = found['GPU']
+    rp = _gpu_rp(ctx, gpu['uuid'])
+    wanted = {'mdev_type': fake.VGPU_TYPE, 'mdev_count': 3}
+    _stopped_mid_enable(ctx, conductor, gpu['uuid'], wanted)
+
+    conductor.layouts.redrive()
+    stored = devices.get(ctx, gpu['uuid'])
+    assert (stored['status'], stored['layout_state']) == ('enabled',
+                                                          'applied')
+    assert agent.prepared_with == wanted
+    assert 'apply_layout' not in agent.calls
+    inv = _inventory(placement, rp)
+    assert (inv['total'], inv['reserved']) == (3, 0)
+
+
+def test_a_left_preparation_whose_agent_is_down_ends_in_error(
+        stack, placement):
+    ctx, conductor, agent, _, found = stack
+    gpu = found['GPU']
+    rp = _gpu_rp(ctx, gpu['uuid'])
+    wanted = {'mdev_type': fake.VGPU_TYPE, 'mdev_count': 2}
+    _stopped_mid_enable(ctx, conductor, gpu['uuid'], wanted)
+
+    agent.down = True
+    conductor.layouts.redrive()
+    stored = devices.get(ctx, gpu['uuid'])
+    assert (stored['status'], stored['layout_state']) == ('error', 'failed')
+    assert 'enable it again' in stored['status_reason']
+    inv = _inventory(placement, rp)
+    assert inv['reserved'] == inv['total']
+    # No longer refused: enabling it again prepares it.
+    agent.down = False
+    conductor.device_enable(ctx, gpu['uuid'])
+    stored = devices.get(ctx, gpu['uuid'])
+    assert (stored['status'], stored['layout_state']) == ('enabled',
+                                                          'applied')
+    assert (_inventory(placement, rp)['total'],
+            _inventory(placement, rp)['reserved']) == (2, 0)

@@ -128,8 +128,9 @@ def test_choices_outlive_a_restart(agent_conf):
     assert (change['enabled'], change['state'], change['reported'],
             change['changed']) == (False, 'disabled', True, True)
     assert tracker.drivers == []
-    assert _device_count() == 0
-    assert _rows() == {'fake': ('disabled', version, 0)}
+    # Kept while the driver is off (their providers reserved).
+    assert _device_count() == 2
+    assert _rows() == {'fake': ('disabled', version, 2)}
 
     # Restarted: the config file still enables fake_driver, the cache
     # says the operator disabled it.
@@ -138,7 +139,7 @@ def test_choices_outlive_a_restart(agent_conf):
     assert {d['name']: d['state'] for d in control.entries()}[
         'fake_driver'] == 'disabled'
     tracker.update(force=True)
-    assert _rows() == {'fake': ('disabled', version, 0)}
+    assert _rows() == {'fake': ('disabled', version, 2)}
 
     control.set_enabled('fake_driver', True)
     tracker, control = _agent(agent_conf)

@@ -4,9 +4,10 @@ Placement, cyborg-api, a conductor and an agent run as processes on real
 RabbitMQ and on each database. Through the ``openstack`` command an
 operator disables ``fake_driver`` on the agent's host: refused with the
 request that holds a device named, then, once it is gone, the devices
-leave the API and their providers leave placement; the agent, restarted,
-keeps the driver disabled; enabled again, the devices and providers come
-back.
+stay with their uuids and an operator's health override, and their
+providers stay in placement, reserved whole; the agent, restarted, keeps
+the driver disabled; enabled again, the same devices and providers are
+offered again, but the one an operator marked unhealthy.
 """
 import json
 import os
@@ -44,6 +45,12 @@ def _api(stack, method, path, **kwargs):
 
 def _devices(stack):
     return _api(stack, 'GET', f'/devices?hostname={NODE}').json()['devices']
+
+
+def _identity(stack):
+    """uuid -> health of each device of the node."""
+    return {d['uuid']: (d['health'], d['health_source'])
+            for d in _devices(stack)}
 
 
 @pytest.mark.parametrize('backend', gate_stack.backends('postgresql'),
@@ -94,6 +101,13 @@ def test_disable_and_enable_a_driver(tmp_path, rabbit_url, db_engine,
         assert set(placement.tree(root)) == providers
         assert _api(stack, 'DELETE', f'/accelerator_requests?arqs='
                     f'{arq["uuid"]}').status_code == 204
+        sick = _devices(stack)[0]['uuid']
+        assert _api(stack, 'PUT', f'/devices/{sick}/health', json={
+            'state': 'unhealthy', 'reason': 'fan failure'}).status_code == 200
+        gate_stack.wait_for(lambda: placement.reserved(root) == 1,
+                            'the unhealthy device reserved', 30)
+        devices = _identity(stack)
+        assert len(devices) == 2
 
         shown = _openstack(stack, 'host', 'driver', 'disable', HOST,
                            'fake_driver', '-f', 'json')
@@ -102,10 +116,11 @@ def test_disable_and_enable_a_driver(tmp_path, rabbit_url, db_engine,
         assert (change['enabled'], change['state'], change['reported']) == (
             False, 'disabled', True)
         # The agent reported before the command returned: the devices
-        # are gone, and the conductor removed their providers.
-        assert _devices(stack) == []
-        gate_stack.wait_for(lambda: placement.tree(root) == {},
-                            'the providers removed from placement', 30)
+        # stay as they were, their providers reserved whole.
+        assert _identity(stack) == devices
+        gate_stack.wait_for(lambda: placement.reserved(root) == 2,
+                            'the providers reserved in placement', 30)
+        assert set(placement.tree(root)) == providers
 
         # Restarted, the agent keeps the operator's choice over its
         # config file (enabled_drivers = fake_driver).
@@ -118,8 +133,8 @@ def test_disable_and_enable_a_driver(tmp_path, rabbit_url, db_engine,
         rows = {r['Name']: r for r in json.loads(listed.stdout)}
         assert (rows['fake_driver']['Enabled'],
                 rows['fake_driver']['State']) == (False, 'disabled')
-        assert _devices(stack) == []
-        assert placement.tree(root) == {}
+        assert _identity(stack) == devices
+        assert placement.reserved(root) == 2
         drivers = _api(stack, 'GET', f'/drivers?host={HOST}').json()[
             'drivers']
         assert [(d['driver_name'], d['state']) for d in drivers] == [
@@ -130,9 +145,10 @@ def test_disable_and_enable_a_driver(tmp_path, rabbit_url, db_engine,
                            'fake_driver', '-f', 'json')
         assert shown.returncode == 0, shown.stderr
         assert json.loads(shown.stdout)['state'] == 'ok'
-        assert len(_devices(stack)) == 2
-        gate_stack.wait_for(lambda: set(placement.tree(root)) == providers,
-                            'the same providers back in placement', 30)
+        assert _identity(stack) == devices
+        assert set(placement.tree(root)) == providers
+        gate_stack.wait_for(lambda: placement.reserved(root) == 1,
+                            'all but the unhealthy device offered', 30)
     except Exception:
         print(stack.tails())
         raise

@@ -107,8 +107,8 @@ def test_per_event_codes_are_reported_not_raised(client, fake_nova, caplog):
                       refused.arq_uuid: [logging.ERROR]}
 
 
-@pytest.mark.parametrize('first', [500, 503, 422, None],
-                         ids=['500', '503', '422', 'hang-up'])
+@pytest.mark.parametrize('first', [500, 502, 503, None],
+                         ids=['500', '502', '503', 'hang-up'])
 def test_a_failed_try_is_retried(client, fake_nova, first):
     if first is None:
         fake_nova.drop_next(1)
@@ -122,6 +122,21 @@ def test_a_failed_try_is_retried(client, fake_nova, first):
     assert fake_nova.events() == [wire(event, 'completed')]
     assert outcome == nova_client.EventsOutcome(
         delivered=True, status=200, accepted=[event.arq_uuid])
+
+
+@pytest.mark.parametrize('status', [400, 403, 404, 409, 422, 429])
+def test_a_client_error_is_not_retried(client, fake_nova, caplog, status):
+    # Nova answers a 4xx the same way however often it is asked.
+    fake_nova.fail_next(3, status)
+    event = bound()
+
+    outcome = client.send_bound_events([event])
+
+    assert [post.status for post in fake_nova.posts()] == [status]
+    assert fake_nova.events() == []
+    assert outcome == nova_client.EventsOutcome(status=status)
+    [error] = errors(caplog)
+    assert f'HTTP {status}' in error.message
 
 
 @pytest.mark.parametrize('status', [503, None], ids=['503', 'hang-up'])
@@ -140,7 +155,8 @@ def test_persistent_failure_gives_up_without_raising(client, fake_nova,
     assert fake_nova.events() == []
     assert outcome == nova_client.EventsOutcome(status=status)
     [error] = errors(caplog)
-    assert error.levelno == logging.ERROR
+    # A warning: the caller sends the events again (nova_outbox).
+    assert error.levelno == logging.WARNING
     assert all(event.arq_uuid in error.message for event in events)
 
 
@@ -169,7 +185,7 @@ def test_retry_settings_yield_to_nova_options(conf, fake_nova):
     assert (adapter.connect_retries, adapter.status_code_retries) == (2, 2)
     assert (adapter.connect_retry_delay,
             adapter.status_code_retry_delay) == (1.25, 1.25)
-    assert adapter.retriable_status_codes == list(range(400, 600))
+    assert adapter.retriable_status_codes == list(range(500, 600))
 
     conf.set_override('status_code_retries', 0, 'nova')
     conf.set_override('retriable_status_codes', [502], 'nova')

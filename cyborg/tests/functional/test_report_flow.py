@@ -9,12 +9,14 @@ from cyborg.accelerator.drivers import fake
 from cyborg.agent import manager as agent_manager
 from cyborg.agent import resource_tracker
 from cyborg.agent import rpcapi as agent_rpcapi
+from cyborg.agent import service as agent_service
 from cyborg.common import exception
 from cyborg.common import rpc
 from cyborg.common import rpc_service
 from cyborg.conductor import manager as conductor_manager
 from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.db.api import inventory
+from cyborg.tests import utils
 from cyborg.tests.utils import count_writes
 
 
@@ -136,3 +138,49 @@ def test_two_agents_claiming_one_node_are_refused(conf, conductor,
     assert '[agent] hostname' in str(err.value)
     assert inventory.get_host_devices(ctx, 'cmp2') == []
     assert len(inventory.get_host_devices(ctx, 'cmp1')) == 1
+
+
+def test_the_first_report_is_retried_until_a_conductor_takes_it(
+        conf, rabbit_rpc, sqlite_engine, caplog, tmp_path):
+    # The broker matters here, not the database: SQLite only.
+    # No conductor queue yet: the broker drops each call, which then
+    # waits this long for an answer.
+    conf.set_override('rpc_response_timeout', 1)
+    # A pass away is longer than the test: only the first report's own
+    # retries can bring it.
+    conf.set_override('periodic_interval', 3600, 'agent')
+    conf.set_override('host', 'cmp-early')
+    conf.set_override('hostname', 'cmp-early.example', 'agent')
+    conf.set_override('state_path', str(tmp_path / 'state'))
+    conf.set_override('device_count', 1, 'fake_driver')
+    caplog.set_level(logging.INFO, logger='cyborg.agent.manager')
+    ctx = cyborg_context.get_admin_context()
+
+    def said(level, text):
+        return [r for r in caplog.records
+                if r.name == 'cyborg.agent.manager' and r.levelno == level
+                and text in r.getMessage()]
+
+    agent = agent_service.build(conf, loaded=[fake.FakeDriver(conf)])
+    agent.start()
+    try:
+        utils.wait_for(lambda: said(logging.WARNING, 'No conductor'),
+                       'a failed try')
+        assert inventory.get_host_devices(ctx, 'cmp-early') == []
+        conductor = rpc_service.RPCService(
+            rpc.CONDUCTOR_TOPIC, 'ctl-late',
+            [conductor_manager.ConductorManager(conf)])
+        conductor.start()
+        try:
+            devices = utils.wait_for(
+                lambda: inventory.get_host_devices(ctx, 'cmp-early'),
+                'the report')
+        finally:
+            conductor.stop()
+    finally:
+        agent.stop()
+    assert len(devices) == 1
+    [taken] = utils.wait_for(
+        lambda: said(logging.INFO, 'acknowledged the first'), 'its log')
+    tries = said(logging.WARNING, 'No conductor acknowledged the first')
+    assert f'({len(tries)} failed tries before)' in taken.getMessage()

@@ -376,7 +376,8 @@ def test_a_report_no_conductor_took_is_kept_and_sent(conf, path, caplog,
     agent.conductor.failure = failure
     with caplog.at_level(logging.WARNING):
         agent.manager.periodic_report()
-    assert 'No conductor took the inventory report' in caplog.text
+    assert ('No conductor acknowledged the first inventory report'
+            in caplog.text)
     pending = agent.tracker.pending
     assert pending is not None
     assert pending[:12] in caplog.text
@@ -392,6 +393,25 @@ def test_a_report_no_conductor_took_is_kept_and_sent(conf, path, caplog,
     restarted.manager.periodic_report()
     assert len(restarted.conductor.reports) == 1
     assert restarted.tracker.pending is None
+
+
+def test_the_first_report_is_retried_with_backoff(conf, path, caplog):
+    conf.set_override('periodic_interval', 5, 'agent')
+    agent = Agent(conf, path)
+    agent.conductor.failure = messaging.MessagingTimeout('timed out')
+    assert agent.manager.report_retry_delay() is None
+    delays = []
+    for _ in range(5):
+        agent.manager.periodic_report()
+        delays.append(agent.manager.report_retry_delay())
+    # 1 s, doubling, never longer than a pass.
+    assert delays == [1.0, 2.0, 4.0, 5.0, 5.0]
+    agent.conductor.failure = None
+    with caplog.at_level(logging.INFO):
+        agent.manager.periodic_report()
+    assert agent.manager.report_retry_delay() is None
+    assert ('acknowledged the first inventory report of this agent (5 '
+            'failed tries before)') in caplog.text
 
 
 def test_driver_failing_at_start_reports_the_cached_devices(conf, path):

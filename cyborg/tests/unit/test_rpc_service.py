@@ -97,3 +97,11 @@ def test_stop_of_an_idle_task_returns_at_once():
     started = time.monotonic()
     task.stop()
     assert time.monotonic() - started < 0.5
+
+
+def test_next_delay_replaces_the_interval_when_it_answers():
+    answers = iter([0.5, None])
+    task = rpc_service.PeriodicTask('t', lambda: None, 7,
+                                    next_delay=lambda: next(answers))
+    assert task._tick() == 0.5
+    assert task._tick() == 7

@@ -50,7 +50,10 @@ class DeviceProfilesController(rest.RestController):
         except exception.DuplicateDeviceProfileUUID as exc:
             # Clients of 2.0-2.3 expect a server error for this one.
             if not base.strict():
-                raise exception.LegacyServerError(reason=str(exc)) from None
+                # Not str(exc): over RPC it ends with the conductor's
+                # traceback.
+                raise exception.LegacyServerError(
+                    reason=exc.message) from None
             raise
         return DeviceProfile.from_dict(created)
 

@@ -160,3 +160,28 @@ def test_every_error_is_one_json_sentence(api):
         message = _fault(response)['faultstring']
         assert not _ECHO.search(message), where
         assert '<' not in message and '{"' not in message, where
+
+
+@pytest.mark.parametrize('case', ['bad-name', 'duplicate-uuid'])
+def test_a_legacy_500_is_one_warning(api, caplog, case):
+    # Below 2.4 a bad name, or a uuid taken (which the conductor finds),
+    # is the client's error, answered with the 500 those clients expect:
+    # a warning with the request id and the cause, no traceback.
+    profile = {'name': '', 'groups': [{'resources:FPGA': '1'}]}
+    if case == 'duplicate-uuid':
+        profile.update(name='other', uuid=api.dp('taken')['uuid'])
+    caplog.set_level('DEBUG')
+    response = api.app.post_json('/v2/device_profiles', [profile],
+                                 headers=ADMIN, status=500)
+    fault = _fault(response)
+    assert fault['faultcode'] == 'Server'
+    assert 'Traceback' not in fault['faultstring']
+    request_id = response.headers['X-OpenStack-Request-Id']
+    assert not [r for r in caplog.records if r.levelname in ('ERROR',
+                                                             'CRITICAL')]
+    [warning] = [r for r in caplog.records if r.levelname == 'WARNING'
+                 and request_id in r.getMessage()]
+    message = warning.getMessage()
+    assert fault['faultstring'] in message
+    assert '\n' not in message
+    assert warning.exc_info is None

@@ -27,17 +27,21 @@ def test_list_disable_enable_reload(live_api, agent, tmp_path):  # noqa: F811
         'Enabled': True, 'State': None, 'Error': None}
     assert rows['intel_qat']['Enabled'] is False
 
+    agent.endpoints[0].tracker.update(force=True)
+    before = _devices()
+    assert len(before) == 2
     shown = _json(live_api, tmp_path, 'accelerator', 'host', 'driver',
                   'disable', HOST, 'fake_driver')
     assert shown == {'host': HOST, 'name': 'fake_driver',
                      'driver_name': 'fake', 'version': VERSION,
                      'enabled': False, 'state': 'disabled', 'error': None,
                      'changed': True, 'reported': True}
-    assert _devices() == []
+    # Kept, reserved, while the driver is off.
+    assert _devices() == before
     shown = _json(live_api, tmp_path, 'accelerator', 'host', 'driver',
                   'enable', HOST, 'fake_driver')
     assert (shown['enabled'], shown['state']) == (True, 'ok')
-    assert len(_devices()) == 2
+    assert _devices() == before
 
     rows = {r['Name']: r for r in _json(
         live_api, tmp_path, 'accelerator', 'host', 'driver', 'reload', HOST)}

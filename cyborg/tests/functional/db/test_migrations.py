@@ -135,3 +135,40 @@ def test_sqlite_directory_is_created(tmp_path):
 
     assert (tmp_path / 'state' / 'db' / 'cyborg.sqlite').exists()
     assert migration.version(url=url) == migration.head()
+
+
+def _host_columns() -> list[tuple[str, str]]:
+    return [(table.name, column.name)
+            for table in models.Base.metadata.sorted_tables
+            for column in table.columns
+            if isinstance(column.type, models.HostName)]
+
+
+def test_host_names_compare_exactly(empty_db_url, engine):
+    # MySQL's and MariaDB's default collations ignore case and trailing
+    # spaces; every host column must not, on every database.
+    migration.upgrade('head', url=empty_db_url)
+    assert len(_host_columns()) == 7
+    if engine.dialect.name == 'mysql':
+        with engine.connect() as connection:
+            found = dict(connection.execute(sa.text(
+                'SELECT CONCAT(table_name, ".", column_name), collation_name'
+                ' FROM information_schema.columns'
+                ' WHERE table_schema = DATABASE()'
+                " AND collation_name IS NOT NULL")).all())
+        collation = models.host_collation(engine.dialect)
+        assert {f'{t}.{c}': found[f'{t}.{c}'] for t, c in _host_columns()
+                } == {f'{t}.{c}': collation for t, c in _host_columns()}
+    services = models.Service.__table__
+    with engine.begin() as connection:
+        connection.execute(services.insert().values(
+            host='relnode1', binary='cyborg-agent', version='1',
+            hostname='Node1', last_seen_at=sa.func.now(),
+            created_at=sa.func.now()))
+        for host in ('RELNODE1', 'relnode1 ', 'relnode1  ', 'Relnode1'):
+            assert connection.execute(sa.select(services.c.host).where(
+                services.c.host == host)).all() == [], host
+        assert connection.execute(sa.select(services.c.host).where(
+            services.c.hostname == 'node1')).all() == []
+        assert connection.execute(sa.select(services.c.host).where(
+            services.c.host == 'relnode1')).all() == [('relnode1',)]

@@ -8,7 +8,8 @@ from cyborg.db.api import arq_bindings
 
 def _deployable(**changes):
     read = {'hostname': 'node1', 'status': 'enabled', 'health': 'healthy',
-            'health_reason': None}
+            'health_reason': None, 'driver_disabled_since': None,
+            'driver_name': 'fake', 'host': 'cmp1'}
     read.update(changes)
     return types.SimpleNamespace(**read)
 
@@ -18,6 +19,8 @@ def _deployable(**changes):
     (_deployable(hostname='node2'), {},
      'the deployable is on node2, not node1'),
     (_deployable(status='disabled'), {}, 'the device is disabled'),
+    (_deployable(driver_disabled_since='2026-11-27'), {},
+     'its driver fake is disabled on cmp1'),
     (_deployable(health='unhealthy', health_reason='fan failure'), {},
      'the device is unhealthy: fan failure'),
     (_deployable(health='unhealthy'), {}, 'the device is unhealthy'),
