@@ -7,10 +7,11 @@ made refuses the whole PATCH, nothing written. Binds that need the device's
 host (programming an FPGA, creating a vGPU) are left BindStarted; a worker
 thread asks the host's agent, within ``[conductor] bind_timeout``, and ends
 them Bound, or failed: a failure stays BindStarted until Nova has taken its
-event (``bind_failures``). Each PATCH sends its instant results to Nova in
-one POST, and its background results in one more (``bind_events``, which
-joins those ended at once). Binds left BindStarted by a conductor that
-stopped are failed by ``fail_stale_binds``.
+event. Every ended bind owes Nova an event, written with its end; each
+PATCH sends its instant results in one POST once committed, and its
+background results in one more (``nova_outbox``, which joins those ended
+at once, and resends what Nova did not take). Binds left BindStarted by a
+conductor that stopped are failed by ``fail_stale_binds``.
 
 An unbind or delete never waits for a host: it is committed at once, and
 what the requests held there (an mdev) is removed by a worker, or, when
@@ -36,11 +37,10 @@ from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import exception
 from cyborg.common import glance_client
 from cyborg.common import notifications
-from cyborg.conductor import bind_events
-from cyborg.conductor import bind_failures
 from cyborg.conductor import live_allocations
 from cyborg.conductor import metrics as conductor_metrics
 from cyborg.conductor import nova_client
+from cyborg.conductor import nova_outbox
 from cyborg.db.api import arq_batches
 from cyborg.db.api import arq_bindings
 from cyborg.db.api import arqs
@@ -92,8 +92,8 @@ class Binder:
             max_workers=conf.conductor.bind_workers)
         self.notifier = notifications.get_notifier(conf, 'cyborg-conductor')
         self.bind_durations = conductor_metrics.BindDurations()
-        self.events = bind_events.BindEvents(self.nova)
-        self.failures = bind_failures.FailureDelivery(conf, self.events)
+        self.outbox = nova_outbox.NovaOutbox(conf, self.nova,
+                                             self._failures_ended)
         # Called with the attach handles (ids) a PATCH or delete left
         # cleaning, once committed (see cyborg.conductor.cleaning).
         self.clean: Callable[[list[int]], None] | None = None
@@ -108,8 +108,7 @@ class Binder:
         return self._agent_api
 
     def stop(self) -> None:
-        # Failures still owed to Nova are the stale sweep's now.
-        self.failures.stopping.set()
+        # Events still owed to Nova are in the database, for any conductor.
         self.executor.shutdown(wait=True)
         self.allocations.stop()
 
@@ -218,9 +217,8 @@ class Binder:
             self.clean(batch.cleaning)
         if batch.released:
             self.executor.submit(self._free, batch.released)
-        if batch.resolved:
-            self.executor.submit(self.events.notify, batch.resolved,
-                                 batch.instances)
+        if batch.owed:
+            self.executor.submit(self.outbox.deliver, batch.owed)
         if batch.jobs:
             self.executor.submit(self._finish, batch.jobs, started)
 
@@ -374,24 +372,23 @@ class Binder:
                 else:
                     succeeded.append(job)
         try:
-            ended = bind_ends.finish_binds(context, succeeded, failed,
-                                           programs)
+            ended, events = bind_ends.finish_binds(
+                context, succeeded, failed, programs, reasons=reasons)
         except Exception:
             LOG.exception('Cannot record the end of binds %s; they will '
                           'fail after [conductor] bind_timeout.',
                           ', '.join(j['arq_uuid'] for j in jobs))
             return
-        instances = {j['arq_uuid']: j['instance_uuid'] for j in jobs}
-        # Failed, and owed to Nova: still BindStarted (see bind_failures).
-        owed = [bind_failures.Failure(u, instances[u], reasons[u])
-                for u, state in sorted(ended.items())
-                if state == 'BindStarted']
         bound = {u: s for u, s in ended.items() if s == 'Bound'}
         for uuid in bound:
             LOG.info('Accelerator request %s is Bound.', uuid)
         self.allocations.failed(jobs, ended)
         if started is not None:
-            self.bind_durations.observe(bound, started)
+            # A failure is timed to when it failed here, though it reads
+            # BindFailed only once Nova has its event (nova_outbox).
+            self.bind_durations.observe(
+                {u: 'BindFailed' if s == 'BindStarted' else s
+                 for u, s in ended.items()}, started)
         # What was made for a bind that failed, or whose ARQ was unbound
         # or deleted meanwhile, goes: its handle waits for that.
         undo = [j for j in jobs
@@ -400,7 +397,7 @@ class Binder:
                 and ended.get(j['arq_uuid']) != 'Bound']
         if undo:
             self._free(undo)
-        self.events.notify(bound, instances)
+        self.outbox.deliver(events)
         # Nova first: it waits for these binds, listeners do not.
         for deployable_id, (_, loaded) in programs.items():
             group = by_deployable[deployable_id]
@@ -411,26 +408,15 @@ class Binder:
                     context, _program_info(group),
                     reasons.get(group[0]['arq_uuid'], 'unknown'))
         self._announce_binds(context, bound, reasons)
-        if owed:
-            self._tell_failures(context, owed, started)
 
-    def _tell_failures(self, context: cyborg_context.RequestContext,
-                       owed: list[bind_failures.Failure],
-                       started: float | None) -> None:
-        """Tell Nova of failed binds until it has them (see
-        ``bind_failures``), then announce those that ended BindFailed.
-
-        Nova has ``[conductor] bind_timeout`` from the failure to take
-        it, however long the bind took to fail (one the agent never
-        answered fails as its own timeout ends): the stale sweep, which
-        counts from the failure too, comes later still."""
-        ended = self.failures.deliver(owed, time.monotonic() + self.timeout)
+    def _failures_ended(self, ended: dict[str, str]) -> None:
+        """Announce failed binds ended BindFailed once Nova had their
+        event (or ``[conductor] bind_timeout`` from the failure ended;
+        see ``nova_outbox``): ARQ uuid -> why each failed."""
         for uuid in sorted(ended):
             LOG.info('Accelerator request %s is BindFailed.', uuid)
-        if started is not None:
-            self.bind_durations.observe(ended, started)
-        self._announce_binds(context, ended,
-                             {f.arq_uuid: f.reason for f in owed})
+        self._announce_binds(cyborg_context.get_admin_context(),
+                             dict.fromkeys(ended, 'BindFailed'), ended)
 
     @staticmethod
     def _remaining(deadline: float) -> float:
@@ -513,17 +499,17 @@ class Binder:
             seconds=self.timeout * 1.5 + 30)
         stale = bind_ends.stale_binds(context, cutoff)
         if stale:
-            # Told once: the conductor that owed these is gone, and Nova
-            # has waited longer than its own timeout for most of them.
-            ended = bind_ends.finish_binds(
+            # Final at once: the conductor that ran these is gone, and
+            # Nova has waited longer than its own timeout for most of them.
+            ended, events = bind_ends.finish_binds(
                 context, [], [{'arq_uuid': uuid,
                                'attach_handle_id': handle}
                               for uuid, (_, handle) in stale.items()],
-                owed=False)
+                owed=False, reasons=dict.fromkeys(stale, STALE))
             LOG.warning('Accelerator request(s) %s were binding for longer '
                         'than [conductor] bind_timeout; they failed.',
                         ', '.join(sorted(ended)))
-            self.events.notify(ended, {u: i for u, (i, _) in stale.items()})
+            self.outbox.deliver(events)
             self._announce_binds(context, ended, dict.fromkeys(ended, STALE))
         for uuid in deployables.end_stale_programming(context, cutoff):
             LOG.warning('Deployable %s was being programmed for longer than '

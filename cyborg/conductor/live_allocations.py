@@ -254,7 +254,7 @@ class LiveAllocations:
                ended: dict[str, str]) -> None:
         """Take back what live binds that failed on their host were
         given: those ended BindFailed, and those still BindStarted while
-        their failure is owed to Nova (see ``bind_failures``), which hold
+        their failure is owed to Nova (see ``nova_outbox``), which hold
         no handle any more."""
         self.take_back({job['arq_uuid']: job['allocated'] for job in jobs
                         if job.get('allocated')

@@ -118,10 +118,10 @@ class NovaClient:
         """Tell Nova, in one request, that the binds of ``events`` ended.
 
         Never raises: Nova also reads the ARQs that are already resolved
-        when it starts waiting, so a lost ``completed`` event only matters
-        to an instance that was waiting by then, and it must not turn a
-        bind into a failure; a ``failed`` one its caller sends again while
-        the outcome says Nova did not take it (``bind_failures``).
+        when it starts waiting, so a ``completed`` event not taken only
+        matters to an instance that was waiting by then, and it must not
+        turn a bind into a failure; the caller sends an event again while
+        the outcome says Nova did not answer for it (``nova_outbox``).
         """
         outcome = EventsOutcome()
         if not events:
@@ -150,10 +150,11 @@ class NovaClient:
                 self._read_answer(events, response, outcome)
                 return outcome
             failure = f'HTTP {response.status_code}'
-        LOG.error('Nova did not take the events of ARQs %(arqs)s '
-                  '(%(failure)s); an instance already waiting for them fails '
-                  'when Nova\'s arq_binding_timeout ends',
-                  {'arqs': arqs, 'failure': failure})
+        # A warning, not an error: the events stay owed and are sent again
+        # (nova_outbox), every 8 s at most while Nova stays away.
+        LOG.warning('Nova did not take the events of ARQs %(arqs)s '
+                    '(%(failure)s); they are sent again until it answers',
+                    {'arqs': arqs, 'failure': failure})
         return outcome
 
     @staticmethod
@@ -177,7 +178,7 @@ class NovaClient:
                 # Nova dispatches events to the instance's host; before it
                 # has one, its compute has not started waiting either, and
                 # will read a Bound ARQ itself when it does. A failure is
-                # sent again (bind_failures): read, it would pass for
+                # sent again (nova_outbox): read, it would pass for
                 # resolved.
                 LOG.debug('Instance %(instance)s of ARQ %(arq)s is not on a '
                           'host yet; Nova reads the ARQ when it waits', args)

@@ -61,6 +61,10 @@ def build(conf: cfg.ConfigOpts) -> ConductorService:
              rpc_service.PeriodicTask('conductor-stale-binds',
                                       conductor.binder.fail_stale_binds,
                                       STALE_BIND_INTERVAL),
+             # Any conductor sends what another could not (nova_outbox).
+             rpc_service.PeriodicTask('conductor-nova-events',
+                                      conductor.binder.outbox.resend,
+                                      conf.nova.event_resend_interval),
              rpc_service.PeriodicTask('conductor-stale-cleans',
                                       conductor.cleaner.retry_stale,
                                       STALE_CLEAN_INTERVAL),

@@ -25,6 +25,26 @@ nova_opts = [
              'stand-alone first run); Nova reads bind results when they '
              'arrive before it waits, but otherwise waits for the event '
              'until its [DEFAULT] arq_binding_timeout.'),
+    cfg.FloatOpt(
+        'event_resend_interval',
+        default=0.5,
+        min=0.05,
+        help='Seconds between two looks of each conductor for events owed '
+             'to Nova that are due again: events a conductor could not '
+             'deliver (Nova unreachable, or a failure Nova dropped because '
+             'the instance was on no host yet), and those of a conductor '
+             'that stopped before it sent them. Each look is one indexed '
+             'query. An event is sent again 0.5 s after its first try, then '
+             '1, 2, 4 and every 8 s, at the first look after that.'),
+    cfg.FloatOpt(
+        'event_claim_timeout',
+        default=30.0,
+        min=0.1,
+        help='Seconds a conductor holds the events it is sending to Nova; '
+             'if it has not recorded Nova\'s answer by then (it stopped), '
+             'another conductor sends them. Keep it above the time one '
+             'POST to Nova may take with its retries ([nova] timeout and '
+             'the retry options), or an event may reach Nova twice.'),
 ]
 
 

@@ -367,3 +367,35 @@ class DriverState(Base):
     since: orm.Mapped[datetime.datetime] = orm.mapped_column(sa.DateTime)
     # The version of the package the agent loaded the driver from.
     version: orm.Mapped[str | None] = orm.mapped_column(sa.String(64))
+
+
+# The statuses of an accelerator-request-bound event, as Nova takes them.
+NOVA_EVENT_STATUSES = ('completed', 'failed')
+
+
+class NovaEvent(Base):
+    """An ``accelerator-request-bound`` event owed to Nova (an outbox row).
+
+    Written in the transaction that ends its request's bind, deleted once
+    Nova answered for it (see ``cyborg.db.api.nova_events``). The event's
+    tag is the request's uuid. ``claim`` names the conductor pass sending
+    it, until ``next_attempt_at``; after that, or with no claim, any
+    conductor may send it then.
+    """
+
+    __tablename__ = 'nova_events'
+    __table_args__ = (
+        sa.Index(None, 'next_attempt_at'),
+    )
+
+    arq_uuid: orm.Mapped[str] = orm.mapped_column(sa.String(36),
+                                                  unique=True)
+    instance_uuid: orm.Mapped[str] = orm.mapped_column(sa.String(36))
+    status: orm.Mapped[str] = orm.mapped_column(
+        _enum(NOVA_EVENT_STATUSES, 'status'))
+    # Why a bind failed, for its bind.error notification.
+    reason: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
+    attempts: orm.Mapped[int] = orm.mapped_column(sa.Integer, default=0)
+    claim: orm.Mapped[str | None] = orm.mapped_column(sa.String(36))
+    next_attempt_at: orm.Mapped[datetime.datetime] = orm.mapped_column(
+        sa.DateTime)

@@ -23,6 +23,7 @@ from cyborg.db.api import claims
 from cyborg.db.api import cleaning
 from cyborg.db.api import deployables
 from cyborg.db.api import layouts
+from cyborg.db.api import nova_events
 from cyborg.db.api import query
 from cyborg.db.api import retry_on_deadlock
 from cyborg.db.api import writer
@@ -68,6 +69,9 @@ class BindBatch:
     # The ARQs unbound, as they were before (``Held``): a live detach
     # takes their resources out of their instances' allocations.
     unbound: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # The events owed to Nova for the binds that ended, written with them
+    # (see ``nova_events``): the caller sends them once committed.
+    owed: list[nova_events.Owed] = dataclasses.field(default_factory=list)
 
     @classmethod
     def merged(cls, batches: list['BindBatch']) -> 'BindBatch':
@@ -84,6 +88,7 @@ class BindBatch:
             whole.repeated.update(batch.repeated)
             whole.cleaning.extend(batch.cleaning)
             whole.unbound.update(batch.unbound)
+            whole.owed.extend(batch.owed)
         return whole
 
     @property
@@ -375,6 +380,8 @@ def apply_in(session: sa.orm.Session, binds: dict[str, dict[str, Any]],
         going.append(found[uuid])
     batch.released = attach_handles.release(session, going,
                                             cleaned=batch.cleaning)
+    # An unbound request is owed nothing any more, whatever was pending.
+    nova_events.forget(session, unbinds)
     claims.drop(session, {found[u].instance_uuid for u in unbinds})
     for instance in sorted({b['instance_uuid'] for b in binds.values()}):
         if not claims.take(session, instance):
@@ -415,6 +422,9 @@ def apply_in(session: sa.orm.Session, binds: dict[str, dict[str, Any]],
         # Every bind is still tried, so that the answer names each one
         # that cannot be; raising rolls back what the others took.
         raise exception.BindRefused.of(refusals)
+    batch.owed = nova_events.owe(session, [
+        (uuid, batch.instances[uuid], nova_events.COMPLETED, None)
+        for uuid in sorted(batch.resolved)])
     return batch
 
 
@@ -461,6 +471,7 @@ def delete_in(session: sa.orm.Session, uuids: list[str] | None,
                                                 cleaned=batch.cleaning)
         session.execute(sa.delete(ARQ).where(
             ARQ.id.in_([r.id for r in rows])))
+        nova_events.forget(session, [r.uuid for r in rows])
         claims.drop(session, {r.instance_uuid for r in rows})
         batch.states = dict.fromkeys((r.uuid for r in rows), 'Deleted')
     return batch

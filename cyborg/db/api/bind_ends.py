@@ -1,14 +1,16 @@
 """Ending binds left BindStarted: Bound, failed, or failed and owed to Nova.
 
-A bind that needs the device's host ends here once its worker is done. A
-failure is owed to Nova before it is final: nova-compute counts BindFailed
-as resolved when it reads the requests itself and boots the server without
-the device, so a failed bind stays BindStarted, its handle given back and
-nothing of the device's kept (``attach_handle_id`` NULL: a bind still under
-way always holds one), until Nova has taken its ``failed`` event or the
-instance is gone (``end_failures``). The conductor that tells Nova owns it
-meanwhile; the stale-bind sweep ends what a stopped conductor left.
+A bind that needs the device's host ends here once its worker is done,
+and its event is owed to Nova in the same transaction (``nova_events``).
+A failure is owed to Nova before it is final: nova-compute counts
+BindFailed as resolved when it reads the requests itself and boots the
+server without the device, so a failed bind stays BindStarted, its handle
+given back and nothing of the device's kept (``attach_handle_id`` NULL: a
+bind still under way always holds one), until Nova has taken its
+``failed`` event or the instance is gone (``settle_events``), whichever
+conductor sends it; the stale-bind sweep ends what no conductor sent.
 """
+import typing
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,11 +20,20 @@ from cyborg.db import models
 from cyborg.db.api import arq_bindings
 from cyborg.db.api import attach_handles
 from cyborg.db.api import deployables
+from cyborg.db.api import nova_events
 from cyborg.db.api import reader
 from cyborg.db.api import retry_on_deadlock
 from cyborg.db.api import writer
 
 ARQ = models.AcceleratorRequest
+
+
+class Ended(typing.NamedTuple):
+    """What ``finish_binds`` ended: each ARQ's new state, and the events
+    owed to Nova for them, to send once committed."""
+
+    states: dict[str, str]
+    events: list[nova_events.Owed]
 
 
 @retry_on_deadlock
@@ -31,19 +42,22 @@ def finish_binds(context: cyborg_context.RequestContext,
                  succeeded: list[dict[str, Any]],
                  failed: list[dict[str, Any]],
                  programs: dict[int, tuple[str, bool]] | None = None,
-                 owed: bool = True) -> dict[str, str]:
+                 owed: bool = True,
+                 reasons: dict[str, str] | None = None) -> Ended:
     """End binds that were BindStarted, each given as its job (ARQ uuid
     and attach handle id): Bound, or failed, giving back the handle as
     ``attach_handles.release`` does. A failed bind stays BindStarted
     without a handle while ``owed`` (its failure is yet to reach Nova, see
-    ``end_failures``), and ends BindFailed at once otherwise. A bind ends
+    ``settle_events``), and ends BindFailed at once otherwise. A bind ends
     only if its ARQ is still BindStarted with the handle the job took: one
     unbound or deleted meanwhile (and maybe bound again) is left alone,
     for the caller to undo what it made.
 
     ``programs`` maps deployables this worker programmed to (bitstream,
     whether it loaded). The result maps the ARQs changed to their state:
-    Bound, BindFailed, or BindStarted for a failure owed.
+    Bound, BindFailed, or BindStarted for a failure owed; each owes Nova
+    its event, ``completed`` or ``failed`` (with its reason from
+    ``reasons``).
     """
     session = context.session
     for deployable_id, (bitstream, loaded) in (programs or {}).items():
@@ -51,7 +65,7 @@ def finish_binds(context: cyborg_context.RequestContext,
                                     loaded)
     jobs = {j['arq_uuid']: j for j in [*succeeded, *failed]}
     if not jobs:
-        return {}
+        return Ended({}, [])
     started = {row.uuid: row for row in arq_bindings.held(session, sa.and_(
         ARQ.uuid.in_(list(jobs)), ARQ.state == 'BindStarted'))
         if row.handle_id == jobs[row.uuid]['attach_handle_id']}
@@ -71,7 +85,12 @@ def finish_binds(context: cyborg_context.RequestContext,
             ARQ.uuid.in_(lost), ARQ.state == 'BindStarted')
             .values(state=state, attach_handle_id=None, deployable_id=None))
         ended.update(dict.fromkeys(lost, state))
-    return ended
+    reasons = reasons or {}
+    events = nova_events.owe(session, [
+        (uuid, started[uuid].instance_uuid,
+         nova_events.COMPLETED if state == 'Bound' else nova_events.FAILED,
+         reasons.get(uuid)) for uuid, state in sorted(ended.items())])
+    return Ended(ended, events)
 
 
 def _owed(instances: dict[str, str]) -> sa.ColumnElement[bool]:
@@ -83,34 +102,45 @@ def _owed(instances: dict[str, str]) -> sa.ColumnElement[bool]:
                  for uuid, instance in instances.items())))
 
 
-@reader
-def owed_failures(context: cyborg_context.RequestContext,
-                  instances: dict[str, str]) -> set[str]:
-    """Which of the failures of ``instances`` (ARQ uuid -> instance) are
-    still owed to Nova: not unbound, deleted or ended since."""
-    if not instances:
-        return set()
-    return set(context.session.scalars(
-        sa.select(ARQ.uuid).where(_owed(instances))))
-
-
 @retry_on_deadlock
 @writer
-def end_failures(context: cyborg_context.RequestContext,
-                 instances: dict[str, str]) -> list[str]:
-    """End BindFailed the failures of ``instances`` (ARQ uuid ->
-    instance) still owed: Nova has them, or nobody can have them any
-    more. Those ended, each once whoever else ends it (the stale sweep)."""
-    if not instances:
-        return []
+def settle_events(context: cyborg_context.RequestContext,
+                  done: list[nova_events.Owed],
+                  retry: list[tuple[nova_events.Owed, float]],
+                  unless_resolved: list[tuple[nova_events.Owed, float]]
+                  ) -> dict[str, str]:
+    """Record what Nova answered for events sent, in one transaction.
+
+    ``done``: Nova answered for them, or nobody ever will: their rows go,
+    and a failure still owed ends BindFailed. ``retry``: each is due
+    again after its delay (seconds). ``unless_resolved``: failures Nova
+    dropped (its instance on no host yet): sent again while their request
+    is still owed, done once it reads BindFailed (nova-compute reads it
+    then) or is gone. The failures ended BindFailed here (ARQ uuid ->
+    reason), each once whoever else ends it (an unbind, a delete, the
+    stale sweep)."""
     session = context.session
+    failures = {o.arq_uuid: o.instance_uuid
+                for o, _ in unless_resolved}
+    owed = set(session.scalars(sa.select(ARQ.uuid).where(
+        _owed(failures)))) if failures else set()
+    done = done + [o for o, _ in unless_resolved if o.arq_uuid not in owed]
+    retry = retry + [(o, d) for o, d in unless_resolved
+                     if o.arq_uuid in owed]
+    nova_events.delete(session, done)
+    nova_events.retry(session, retry)
+    ending = {o.arq_uuid: o.instance_uuid for o in done
+              if o.status == nova_events.FAILED}
+    if not ending:
+        return {}
     uuids = list(session.scalars(
-        sa.select(ARQ.uuid).where(_owed(instances)).with_for_update()))
+        sa.select(ARQ.uuid).where(_owed(ending)).with_for_update()))
     if uuids:
         session.execute(sa.update(ARQ).where(
             ARQ.uuid.in_(uuids), ARQ.state == 'BindStarted')
             .values(state='BindFailed'))
-    return sorted(uuids)
+    reasons = {o.arq_uuid: o.reason or 'unknown' for o in done}
+    return {uuid: reasons[uuid] for uuid in sorted(uuids)}
 
 
 @reader

@@ -111,9 +111,12 @@ class FakeHTTPServer:
 
     # -- life cycle --------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, port: int = 0) -> None:
+        """Serve on ``port``, an ephemeral one by default: a fake stopped
+        and started again on its old port is a service back after an
+        outage."""
         handler = type('Handler', (_RequestHandler,), {'fake': self})
-        self._server = http.server.ThreadingHTTPServer(('127.0.0.1', 0),
+        self._server = http.server.ThreadingHTTPServer(('127.0.0.1', port),
                                                        handler)
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={'poll_interval': 0.05},

@@ -43,7 +43,7 @@ RPC_TIMEOUT = 8
 PLACEMENT_SYNC_INTERVAL = 5
 # Logs each message an RPC server takes, at DEBUG.
 RPC_SERVER_LOGGER = 'oslo_messaging.rpc.server'
-BINDING_LOGGER = 'cyborg.conductor.bind_events'
+BINDING_LOGGER = 'cyborg.conductor.nova_outbox'
 # An administrator of placement under noauth2.
 PLACEMENT_TOKEN = 'admin'
 

@@ -364,7 +364,10 @@ def _kill_a_conductor_while_binding(gate: Gate) -> None:
     handle is held twice, the handles in use are those of the Bound
     requests, and Nova hears at most one event per request, matching
     its state. An event may be missing only for a bind the dead conductor
-    answered: it died between its reply and its POST to Nova, which
+    answered: it died between its reply and its POST to Nova. Its event
+    is stored (``nova_events``), and the other conductor sends it once
+    the dead one's claim has run out (``[nova] event_claim_timeout``, 30 s,
+    after this step looks; ``test_nova_outbox_flow`` checks that); Nova
     reads the state of the requests before it waits for events.
     """
     fpga = _fpga_providers(gate)

@@ -155,7 +155,8 @@ def test_persistent_failure_gives_up_without_raising(client, fake_nova,
     assert fake_nova.events() == []
     assert outcome == nova_client.EventsOutcome(status=status)
     [error] = errors(caplog)
-    assert error.levelno == logging.ERROR
+    # A warning: the caller sends the events again (nova_outbox).
+    assert error.levelno == logging.WARNING
     assert all(event.arq_uuid in error.message for event in events)
 
 

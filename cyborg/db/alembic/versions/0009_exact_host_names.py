@@ -8,7 +8,7 @@ parts of devices whose driver an operator turned off on their host: their
 rows stay, reserved in placement, until the driver reports them again.
 
 Revision ID: 0009
-Revises: 0007
+Revises: 0008
 Create Date: 2026-11-27 19:00:00
 """
 import sqlalchemy as sa
@@ -16,7 +16,7 @@ from alembic import op
 from sqlalchemy.dialects import mysql
 
 revision = '0009'
-down_revision = '0007'
+down_revision = '0008'
 branch_labels = None
 depends_on = None
 
