@@ -523,8 +523,10 @@ def _placement_outage(gate: Gate) -> None:
     stopped = time.monotonic()
     gate.sdk.accelerator.disable_device(device)
     assert gate.sdk.accelerator.get_device(device).status == 'maintaining'
-    # The conductor that took the call tried to write at once.
-    failures = (f'Placement does not answer while publishing host {node}',
+    # The conductor that took the call tried to write at once, or a
+    # periodic pass over another host found placement away first: then
+    # every write waits for the probe, this one included.
+    failures = ('Placement does not answer while publishing host',
                 f'of host {node} not written',
                 f'Cannot read placement for host {node}')
     wait_for(lambda: any(f in c.log()[before[c.name]:] for c in conductors
