@@ -58,9 +58,11 @@ ALL_BACKENDS = 'CYBORG_TEST_ALL_BACKENDS'
 T = TypeVar('T')
 
 
-def backends(default: str) -> list[Any]:
+def backends(default: str, among: tuple[str, ...] | None = None
+             ) -> list[Any]:
     """The ``backend`` parameters of a multi-process flow: ``default``
-    alone, or every database when CYBORG_TEST_ALL_BACKENDS=1.
+    alone, or every database (of ``among``, when the flow needs one of
+    those) when CYBORG_TEST_ALL_BACKENDS=1.
 
     A flow starts placement, cyborg-api, conductors and agents: 16-78 s
     of a pytest worker each. On three databases each the flows would add
@@ -72,8 +74,9 @@ def backends(default: str) -> list[Any]:
     # Here, not at the top: the conftest selects oslo.service's backend,
     # which fails in a benchmark that has loaded oslo.service already.
     from cyborg.tests.conftest import BACKENDS
-    assert default in BACKENDS, default
-    names = BACKENDS if os.environ.get(ALL_BACKENDS) == '1' else (default,)
+    among = among or BACKENDS
+    assert default in among, default
+    names = among if os.environ.get(ALL_BACKENDS) == '1' else (default,)
     return [pytest.param(name, marks=pytest.mark.flow) for name in names]
 
 

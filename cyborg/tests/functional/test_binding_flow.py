@@ -2,7 +2,9 @@
 
 The conductor and the agent run in this process but talk over the real
 broker; Nova's events endpoint and Glance are fakes on 127.0.0.1, and
-placement is the real service.
+placement is the real service. Each test runs on one database, named in
+its ``parametrize`` line, and on all three under ``tox -e flows``
+(``gate_stack.backends``).
 """
 import datetime
 import logging
@@ -31,6 +33,7 @@ from cyborg.db.api import nova_events
 from cyborg.db.api import providers
 from cyborg.tests import placement_server
 from cyborg.tests.fakes import fixtures
+from cyborg.tests.functional import gate_stack
 from cyborg.tests.utils import wait_for
 
 
@@ -127,6 +130,8 @@ def stack(conf, rabbit_url, db_engine, fake_nova, fake_glance,
         rpc.set_defaults()
 
 
+@pytest.mark.parametrize('backend', gate_stack.backends('sqlite'),
+                         indirect=True)
 def test_instant_binds_are_bound_and_reported_once(stack):
     rp = stack.deployable('FPGA')['rp_uuid']
     profile = stack.profile('two-fpgas', {'resources:FPGA': '2'})
@@ -150,6 +155,8 @@ def test_instant_binds_are_bound_and_reported_once(stack):
                    for h in stack.deployable('FPGA')['attach_handles'])
 
 
+@pytest.mark.parametrize('backend', gate_stack.backends('mysql'),
+                         indirect=True)
 def test_exhausted_deployable_refuses_the_bind(stack):
     rp = stack.deployable('FPGA')['rp_uuid']
     profile = stack.profile('one-fpga', {'resources:FPGA': '1'})
@@ -167,6 +174,8 @@ def test_exhausted_deployable_refuses_the_bind(stack):
     assert stack.events(late) == {}
 
 
+@pytest.mark.parametrize('backend', gate_stack.backends('postgresql'),
+                         indirect=True)
 def test_fpga_bind_programs_through_the_agent(stack):
     image = stack.glance.add_image(
         b'bitstream-bytes', properties={'accel:function_id': 'f00d'})
@@ -194,6 +203,8 @@ def test_fpga_bind_programs_through_the_agent(stack):
     assert len(stack.driver.program_calls) == 1
 
 
+@pytest.mark.parametrize('backend', gate_stack.backends('sqlite'),
+                         indirect=True)
 def test_fpga_bind_by_function_finds_the_image(stack):
     image = stack.glance.add_image(
         b'by-function', properties={'accel:function_id': 'beef'})
@@ -206,6 +217,8 @@ def test_fpga_bind_by_function_finds_the_image(stack):
     assert stack.driver.program_calls[0]['bitstream']['id'] == image['id']
 
 
+@pytest.mark.parametrize('backend', gate_stack.backends('mysql'),
+                         indirect=True)
 def test_failed_programming_frees_the_handle(stack):
     stack.conf.set_override('program_fail', True, 'fake_driver')
     image = stack.glance.add_image(b'x')
@@ -247,6 +260,8 @@ def _owed(stack, arq: str) -> bool:
         h['in_use'] for h in stack.deployable('FPGA')['attach_handles'])
 
 
+@pytest.mark.parametrize('backend', gate_stack.backends('postgresql'),
+                         indirect=True)
 def test_a_failure_nova_drops_is_sent_until_nova_takes_it(stack,
                                                           fast_resends):
     # Nova 34 drops the event of an instance not on a host yet (422), and
@@ -266,6 +281,8 @@ def test_a_failure_nova_drops_is_sent_until_nova_takes_it(stack,
     assert stack.events(instance) == {arq: 'failed'}
 
 
+@pytest.mark.parametrize('backend', gate_stack.backends('sqlite'),
+                         indirect=True)
 def test_a_failure_taken_after_a_few_422s(stack, fast_resends):
     instance = str(uuid.uuid4())
     stack.nova.answer(instance, 422, times=3)
@@ -276,6 +293,8 @@ def test_a_failure_taken_after_a_few_422s(stack, fast_resends):
     assert stack.nova.codes(arq) == [422, 422, 422, 200]
 
 
+@pytest.mark.parametrize('backend', gate_stack.backends('mysql'),
+                         indirect=True)
 def test_a_failure_for_an_instance_nova_does_not_know_ends(stack,
                                                            fast_resends):
     instance = str(uuid.uuid4())
@@ -286,6 +305,8 @@ def test_a_failure_for_an_instance_nova_does_not_know_ends(stack,
     assert stack.nova.codes(arq) == [404]
 
 
+@pytest.mark.parametrize('backend', gate_stack.backends('postgresql'),
+                         indirect=True)
 def test_a_failure_nova_never_takes_ends_with_the_timeout(stack,
                                                           fast_resends):
     stack.conf.set_override('bind_timeout', 2, 'conductor')
@@ -298,6 +319,8 @@ def test_a_failure_nova_never_takes_ends_with_the_timeout(stack,
     assert len(codes) >= 2 and set(codes) == {422}
 
 
+@pytest.mark.parametrize('backend', gate_stack.backends('sqlite'),
+                         indirect=True)
 @pytest.mark.parametrize('action', ['delete', 'unbind', 'sweep'])
 def test_what_ends_an_owed_failure_first_wins(stack, fast_resends, caplog,
                                               action):
@@ -340,6 +363,8 @@ def test_what_ends_an_owed_failure_first_wins(stack, fast_resends, caplog,
         assert 'were binding for longer' in caplog.text
 
 
+@pytest.mark.parametrize('backend', gate_stack.backends('mysql'),
+                         indirect=True)
 def test_vgpu_bind_creates_and_unbind_removes_the_mdev(stack):
     rp = stack.deployable('GPU')['rp_uuid']
     profile = stack.profile('vgpu', {'resources:VGPU': '1'})
@@ -356,6 +381,8 @@ def test_vgpu_bind_creates_and_unbind_removes_the_mdev(stack):
     wait_for(lambda: stack.driver.mdevs == {})
 
 
+@pytest.mark.parametrize('backend', gate_stack.backends('postgresql'),
+                         indirect=True)
 def test_delete_removes_the_mdev(stack):
     rp = stack.deployable('GPU')['rp_uuid']
     profile = stack.profile('vgpu2', {'resources:VGPU': '2'})
@@ -366,6 +393,8 @@ def test_delete_removes_the_mdev(stack):
     wait_for(lambda: stack.driver.mdevs == {})
 
 
+@pytest.mark.parametrize('backend', gate_stack.backends('sqlite'),
+                         indirect=True)
 def test_unreachable_agent_fails_the_bind(stack):
     rp = stack.deployable('GPU')['rp_uuid']
     # The agent of the device's host is gone.
@@ -382,6 +411,8 @@ def test_unreachable_agent_fails_the_bind(stack):
     assert arqs.get(ctx, arq)['attach_handle_uuid'] is None
 
 
+@pytest.mark.parametrize('backend', gate_stack.backends('mysql'),
+                         indirect=True)
 def test_binds_of_a_stopped_conductor_fail_after_the_timeout(stack):
     rp = stack.deployable('FPGA')['rp_uuid']
     image = stack.glance.add_image(b'y')
@@ -421,6 +452,8 @@ def _deployables(stack):
     return deployables.get_all(stack.ctx)[0]
 
 
+@pytest.mark.parametrize('backend', gate_stack.backends('postgresql'),
+                         indirect=True)
 def test_unbind_that_cannot_remove_the_mdev_keeps_the_handle(stack):
     rp = stack.deployable('GPU')['rp_uuid']
     profile = stack.profile('sticky', {'resources:VGPU': '1'})

@@ -29,6 +29,7 @@ from cyborg.db.api import arqs
 from cyborg.db.api import deployables
 from cyborg.db.api import inventory
 from cyborg.tests.fakes import fixtures
+from cyborg.tests.functional import gate_stack
 from cyborg.tests.functional.test_binding_flow import Stack
 from cyborg.tests.functional.test_conductor_concurrency import _heartbeating
 from cyborg.tests.functional.test_conductor_concurrency import _tails
@@ -92,7 +93,12 @@ class Races(Stack):
         return _tails(self.logs)
 
 
-@pytest.fixture(params=['mysql', 'postgresql'])
+# Two conductor processes need a database server: each race runs on one
+# of them here, on both under ``tox -e flows``.
+SERVERS = ('mysql', 'postgresql')
+
+
+@pytest.fixture
 def backend(request) -> str:
     return request.param
 
@@ -193,6 +199,8 @@ def _programming(races) -> bool:
     return bool(races.driver.busy)
 
 
+@pytest.mark.parametrize('backend', gate_stack.backends(
+    'mysql', SERVERS), indirect=True)
 def test_program_and_binds_exclude_each_other(races):
     races.conf.set_override('action_seconds', 2.0, 'fake_driver')
     fpga = races.deployable('FPGA')
@@ -233,6 +241,8 @@ def test_program_and_binds_exclude_each_other(races):
     assert len(races.driver.program_calls) == 1
 
 
+@pytest.mark.parametrize('backend', gate_stack.backends(
+    'postgresql', SERVERS), indirect=True)
 def test_binds_wanting_different_bitstreams_never_both_program(races):
     races.conf.set_override('action_seconds', 1.0, 'fake_driver')
     fpga = races.deployable('FPGA')
@@ -269,6 +279,8 @@ def test_binds_wanting_different_bitstreams_never_both_program(races):
     assert _loaded(races) == loaded
 
 
+@pytest.mark.parametrize('backend', gate_stack.backends(
+    'mysql', SERVERS), indirect=True)
 def test_concurrent_patches_bind_an_instance_once(races):
     fpga = races.deployable('FPGA')
     profile = races.new_profile({'resources:FPGA': '1'})
@@ -288,6 +300,8 @@ def test_concurrent_patches_bind_an_instance_once(races):
     assert held == dict.fromkeys(instances, 1), races.context()
 
 
+@pytest.mark.parametrize('backend', gate_stack.backends(
+    'postgresql', SERVERS), indirect=True)
 def test_unbind_racing_delete_by_instance_strands_nothing(races):
     gpu = races.deployable('GPU')
     profile = races.new_profile({'resources:VGPU': '1'})
@@ -356,6 +370,8 @@ def _mdevs_match_binds(races):
             and races.handles_in_use() == races.bound_handles())
 
 
+@pytest.mark.parametrize('backend', gate_stack.backends(
+    'mysql', SERVERS), indirect=True)
 def test_unbind_and_delete_meeting_binds_in_flight_leak_no_mdev(races):
     races.conf.set_override('action_seconds', 0.3, 'fake_driver')
     gpu = races.deployable('GPU')
@@ -392,6 +408,8 @@ def test_unbind_and_delete_meeting_binds_in_flight_leak_no_mdev(races):
              timeout=30)
 
 
+@pytest.mark.parametrize('backend', gate_stack.backends(
+    'postgresql', SERVERS), indirect=True)
 def test_a_conductor_killed_mid_bind_leaves_no_mdev_behind(races):
     races.conf.set_override('action_seconds', 1.0, 'fake_driver')
     gpu = races.deployable('GPU')
@@ -421,6 +439,8 @@ def test_a_conductor_killed_mid_bind_leaves_no_mdev_behind(races):
                                        races.context())
 
 
+@pytest.mark.parametrize('backend', gate_stack.backends(
+    'mysql', SERVERS), indirect=True)
 def test_the_agent_removes_on_its_return_what_was_deleted_meanwhile(races):
     gpu = races.deployable('GPU')
     profile = races.new_profile({'resources:VGPU': '1'})
@@ -448,6 +468,8 @@ def test_the_agent_removes_on_its_return_what_was_deleted_meanwhile(races):
     assert not races.handles_in_use()
 
 
+@pytest.mark.parametrize('backend', gate_stack.backends(
+    'postgresql', SERVERS), indirect=True)
 def test_a_bind_sent_again_changes_nothing(races):
     races.conf.set_override('action_seconds', 0.5, 'fake_driver')
     fpga = races.deployable('FPGA')
@@ -472,6 +494,8 @@ def test_a_bind_sent_again_changes_nothing(races):
         races.bind_arqs([instant], fpga['rp_uuid'])
 
 
+@pytest.mark.parametrize('backend', gate_stack.backends(
+    'mysql', SERVERS), indirect=True)
 def test_a_program_racing_a_bind_never_reflashes_a_bound_device(races):
     races.conf.set_override('action_seconds', 1.0, 'fake_driver')
     fpga = races.deployable('FPGA')
@@ -515,6 +539,8 @@ def test_a_program_racing_a_bind_never_reflashes_a_bound_device(races):
         races.api.arq_delete(races.ctx, uuids=[arq])
 
 
+@pytest.mark.parametrize('backend', gate_stack.backends(
+    'postgresql', SERVERS), indirect=True)
 def test_a_killed_conductor_does_not_leave_a_device_programming(races):
     fpga = races.deployable('FPGA')
     images = [races.glance.add_image(f'image {n}'.encode())['id']

@@ -84,7 +84,8 @@ def _reported_and_synced(stack: gate_stack.Stack, host: str,
                                90)
 
 
-@pytest.mark.parametrize('backend', ['mysql', 'postgresql'], indirect=True)
+@pytest.mark.parametrize('backend', gate_stack.backends(
+    'mysql', ('mysql', 'postgresql')), indirect=True)
 def test_switch_over(tmp_path, rabbit_url, empty_db_url, fake_nova):
     stack = gate_stack.Stack(tmp_path, rabbit_url, empty_db_url,
                              fake_nova.endpoint, fake_nova.token)
