@@ -140,3 +140,15 @@ def dbsync(workdir, url: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, '-m', 'cyborg.cmd.dbsync', '--config-file', conf,
          *args], capture_output=True, text=True, timeout=300)
+
+
+def execute_sql(url: str, *statements: str) -> None:
+    """Run ``statements`` in one transaction on the database at ``url``
+    (a test's own set-up or damage, out of cyborg's hands)."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            for statement in statements:
+                conn.execute(sa.text(statement))
+    finally:
+        engine.dispose()

@@ -27,33 +27,26 @@ INITIAL_ARQ = 4
 ATTRIBUTE = 2
 
 
-def _run(url: str, *statements: str) -> None:
-    engine = sa.create_engine(url)
-    try:
-        with engine.begin() as conn:
-            for statement in statements:
-                conn.execute(sa.text(statement))
-    finally:
-        engine.dispose()
-
 
 def _unknown_state(url: str, backend: str) -> None:
     # Upstream's column is an enum on the servers: widened as a hand
     # repair would, so that it can hold a state cyborg does not have.
     widen = {'mysql': 'MODIFY state VARCHAR(32) NOT NULL',
              'postgresql': 'ALTER COLUMN state TYPE VARCHAR(32)'}
-    _run(url, *([f'ALTER TABLE extended_accelerator_requests '
-                 f'{widen[backend]}'] if backend in widen else []),
-         "UPDATE extended_accelerator_requests SET state = 'Frozen' "
-         f'WHERE id = {INITIAL_ARQ}')
+    widened = ([f'ALTER TABLE extended_accelerator_requests '
+                f'{widen[backend]}'] if backend in widen else [])
+    utils.execute_sql(url, *widened,
+                      "UPDATE extended_accelerator_requests SET state = "
+                      f"'Frozen' WHERE id = {INITIAL_ARQ}")
 
 
 def _broken_link(url: str, backend: str) -> None:
     # What a restore with checks off leaves (SQLite's are off already).
     off = {'mysql': 'SET FOREIGN_KEY_CHECKS = 0',
            'postgresql': 'SET session_replication_role = replica'}
-    _run(url, *([off[backend]] if backend in off else []),
-         f'UPDATE attributes SET deployable_id = 99 WHERE id = {ATTRIBUTE}')
+    utils.execute_sql(url, *([off[backend]] if backend in off else []),
+                      f'UPDATE attributes SET deployable_id = 99 '
+                      f'WHERE id = {ATTRIBUTE}')
 
 
 def _long_key(url: str, backend: str) -> None:
@@ -71,19 +64,21 @@ def _long_key(url: str, backend: str) -> None:
 
 def _table(name: str):
     def make(url: str, backend: str) -> None:
-        _run(url, f'CREATE TABLE {name} (id INTEGER PRIMARY KEY)')
+        utils.execute_sql(url,
+                          f'CREATE TABLE {name} (id INTEGER PRIMARY KEY)')
     return make
 
 
 def _no_column(url: str, backend: str) -> None:
-    _run(url, 'ALTER TABLE devices DROP COLUMN model')
+    utils.execute_sql(url, 'ALTER TABLE devices DROP COLUMN model')
 
 
 def _leftover(holds: str):
     def make(url: str, backend: str) -> None:
-        _run(url, 'CREATE TABLE upstream_alembic_version '
-                  '(version_num VARCHAR(32) NOT NULL)',
-             f"INSERT INTO upstream_alembic_version VALUES ('{holds}')")
+        utils.execute_sql(url, 'CREATE TABLE upstream_alembic_version '
+                          '(version_num VARCHAR(32) NOT NULL)',
+                          'INSERT INTO upstream_alembic_version '
+                          f"VALUES ('{holds}')")
     return make
 
 

@@ -16,16 +16,6 @@ from cyborg.db import upstream
 from cyborg.tests import utils
 
 
-def _make(url: str, *statements: str) -> None:
-    engine = sa.create_engine(url)
-    try:
-        with engine.begin() as conn:
-            for statement in statements:
-                conn.execute(sa.text(statement))
-    finally:
-        engine.dispose()
-
-
 def _tables(url: str) -> set[str]:
     engine = sa.create_engine(url)
     try:
@@ -49,8 +39,9 @@ def _one_line(result: subprocess.CompletedProcess) -> str:
 
 
 def test_tables_without_a_version_are_refused(tmp_path, empty_db_url):
-    _make(empty_db_url, 'CREATE TABLE instances (id INTEGER PRIMARY KEY)',
-          'CREATE TABLE flavors (id INTEGER PRIMARY KEY)')
+    utils.execute_sql(empty_db_url,
+                      'CREATE TABLE instances (id INTEGER PRIMARY KEY)',
+                      'CREATE TABLE flavors (id INTEGER PRIMARY KEY)')
     for command in ('upgrade', 'adopt'):
         line = _one_line(utils.dbsync(tmp_path, empty_db_url, command))
         assert '2 table(s) without a schema version: flavors, ' \
@@ -63,8 +54,8 @@ SQLITE = pytest.mark.parametrize('backend', ['sqlite'], indirect=True)
 
 @SQLITE
 def test_an_older_upstream_is_told_to_upgrade_first(tmp_path, empty_db_url):
-    _make(empty_db_url, *_version_table('6c77bd6afea5'),
-          'CREATE TABLE devices (id INTEGER PRIMARY KEY)')
+    utils.execute_sql(empty_db_url, *_version_table('6c77bd6afea5'),
+                      'CREATE TABLE devices (id INTEGER PRIMARY KEY)')
     for command in ('upgrade', 'adopt'):
         line = _one_line(utils.dbsync(tmp_path, empty_db_url, command))
         assert 'an OpenStack Cyborg database at migration 6c77bd6afea5' \
@@ -76,14 +67,14 @@ def test_an_older_upstream_is_told_to_upgrade_first(tmp_path, empty_db_url):
 
 @SQLITE
 def test_an_unknown_revision_is_named(tmp_path, empty_db_url):
-    _make(empty_db_url, *_version_table('deadbeef0042'))
+    utils.execute_sql(empty_db_url, *_version_table('deadbeef0042'))
     line = _one_line(utils.dbsync(tmp_path, empty_db_url, 'upgrade'))
     assert 'schema version deadbeef0042, which is neither' in line, line
 
 
 @SQLITE
 def test_upstream_head_without_its_tables(tmp_path, empty_db_url):
-    _make(empty_db_url, *_version_table(upstream.UPSTREAM_HEAD))
+    utils.execute_sql(empty_db_url, *_version_table(upstream.UPSTREAM_HEAD))
     line = _one_line(utils.dbsync(tmp_path, empty_db_url, 'adopt'))
     assert 'without its tables devices, controlpath_ids' in line, line
 
@@ -110,8 +101,9 @@ def test_adopt_on_ours_is_a_no_op(tmp_path, empty_db_url):
 def test_a_version_table_alone_counts_as_empty(tmp_path, empty_db_url,
                                                command):
     # What an upgrade interrupted before its first migration leaves.
-    _make(empty_db_url, 'CREATE TABLE alembic_version (version_num '
-          'VARCHAR(32) NOT NULL PRIMARY KEY)')
+    utils.execute_sql(empty_db_url,
+                      'CREATE TABLE alembic_version (version_num '
+                      'VARCHAR(32) NOT NULL PRIMARY KEY)')
     result = utils.dbsync(tmp_path, empty_db_url, *command.split())
     if command == 'upgrade':
         assert result.returncode == 0, result.stderr
