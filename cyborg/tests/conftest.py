@@ -4,9 +4,12 @@ The machine services are MariaDB (127.0.0.1:3306, root), PostgreSQL
 (127.0.0.1:5432, postgres) and RabbitMQ (127.0.0.1:5672, guest/guest); the
 addresses can be changed with CYBORG_TEST_MYSQL_URL, CYBORG_TEST_PG_URL and
 CYBORG_TEST_RABBIT_URL. A service that cannot be reached skips its tests,
-unless CYBORG_TEST_REQUIRE_SERVICES=1 (set by .ci/run), where it fails them.
+unless CYBORG_TEST_REQUIRE_SERVICES=1 (set by .ci/run), where it fails them;
+so does a Python package of test-requirements.txt that is not installed
+(``require_module``, called by the test or its fixture, never at import).
 """
 import contextlib
+import importlib.util
 import os
 import uuid
 from collections.abc import Iterator
@@ -69,13 +72,28 @@ def services_required() -> bool:
     return os.environ.get('CYBORG_TEST_REQUIRE_SERVICES') == '1'
 
 
-def unavailable(what: str, reason: object) -> None:
-    """Skip, or fail when the machine services are required."""
-    message = f'{what} is not reachable: {reason}'
+def _skip_or_fail(message: str) -> None:
     if services_required():
         pytest.fail(message + ' (CYBORG_TEST_REQUIRE_SERVICES=1)',
                     pytrace=False)
     pytest.skip(message)
+
+
+def unavailable(what: str, reason: object) -> None:
+    """Skip, or fail when the machine services are required."""
+    _skip_or_fail(f'{what} is not reachable: {reason}')
+
+
+def require_module(name: str) -> None:
+    """Skip, or fail when the machine services are required, unless the
+    Python package ``name`` is installed.
+
+    Called by a test or its fixture: a module that skipped while it was
+    imported would take every module importing it along, without a word
+    under CYBORG_TEST_REQUIRE_SERVICES=1.
+    """
+    if importlib.util.find_spec(name) is None:
+        _skip_or_fail(f'{name} is not installed (test-requirements.txt)')
 
 
 class _ServerDatabase:

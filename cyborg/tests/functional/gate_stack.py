@@ -492,6 +492,8 @@ class Stack:
     def nova_client(self) -> test_nova_client.NovaSide:
         """Nova's own client in a child process (see test_nova_client),
         sending a service token as Nova does."""
+        from cyborg.tests.conftest import require_module
+        require_module('nova')
         config = write_conf(self.workdir / 'nova.conf', {
             'cyborg': {'endpoint_override': self.api_url, 'timeout': 30},
             'service_user': {'send_service_user_token': 'true',

@@ -15,24 +15,19 @@ known when Nova binds); all on one xdist worker (``xdist_group``, with
 ``--dist loadgroup``) so that the deployment starts once. On any
 failure the end of every service's log is printed.
 """
-import os
 from collections.abc import Iterator
 from typing import Any
 
+import openstack
 import pytest
 
-if os.environ.get('CYBORG_TEST_REQUIRE_SERVICES') != '1':
-    pytest.importorskip('nova')
-    pytest.importorskip('keystone')
-
-import openstack  # noqa: E402
-
-from cyborg.cmd import aio_glance  # noqa: E402
-from cyborg.tests import sysfs_kernel  # noqa: E402
-from cyborg.tests.functional import gate_stack  # noqa: E402
-from cyborg.tests.nova_stack import checks  # noqa: E402
-from cyborg.tests.nova_stack import cloud as cloud_lib  # noqa: E402
-from cyborg.tests.nova_stack import stack as stack_lib  # noqa: E402
+from cyborg.cmd import aio_glance
+from cyborg.tests import conftest
+from cyborg.tests import sysfs_kernel
+from cyborg.tests.functional import gate_stack
+from cyborg.tests.nova_stack import checks
+from cyborg.tests.nova_stack import cloud as cloud_lib
+from cyborg.tests.nova_stack import stack as stack_lib
 
 pytestmark = [
     pytest.mark.nova,
@@ -92,6 +87,8 @@ def refused(call: Any, *args: Any, **kwargs: Any) -> str:
 
 @pytest.fixture(scope='module')
 def cloud(tmp_path_factory) -> Iterator[cloud_lib.Cloud]:
+    conftest.require_module('nova')
+    conftest.require_module('keystone')
     workdir = tmp_path_factory.mktemp('nova-gate')
     with stack_lib.NovaStack.open(workdir) as stack:
         stack.bring_up()

@@ -11,7 +11,6 @@ Nothing in this module imports cyborg or nova at module level, so that the
 child loads only Nova.
 """
 import dataclasses
-import importlib.util
 import json
 import os
 import select
@@ -25,9 +24,6 @@ import pytest
 INSTANCE = '29901acf-5b5e-4a7f-8a3f-1b2c3d4e5f60'
 GROUPS = [{'resources:FPGA': '1', 'trait:CUSTOM_FAKE_DEVICE': 'required'}]
 REPLY_TIMEOUT = 60  # seconds
-
-if importlib.util.find_spec('nova') is None:
-    pytest.skip('nova is not installed', allow_module_level=True)
 
 
 class NovaError(Exception):
@@ -79,7 +75,9 @@ def start_nova(live_api, tmp_path) -> Iterator[Any]:
     """Starts Nova's side; ``start_nova(service_token=False)`` leaves out
     ``[service_user]`` so that Nova sends only the user's token."""
     # Here, not at module level: the child must not load cyborg.
+    from cyborg.tests import conftest
     from cyborg.tests.functional.clients.conftest import SERVICE_TOKEN
+    conftest.require_module('nova')
     started = []
 
     def start(service_token: bool = True) -> NovaSide:

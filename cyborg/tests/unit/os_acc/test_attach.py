@@ -1,7 +1,6 @@
 """attach and detach of some requests of a running instance: the libvirt
 calls, their rollback, and the device halves, against a domain that
 records what it is asked (the XML read back by Nova's own classes)."""
-import importlib.util
 import json
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from cyborg.os_acc.drivers import fake_pci
 from cyborg.os_acc.drivers import mdev
 from cyborg.os_acc.drivers import pci
 from cyborg.os_acc.plugins import libvirt
+from cyborg.tests import conftest
 from cyborg.tests.sysfs import SysfsTree
 from cyborg.tests.unit.os_acc import fakes
 
@@ -298,9 +298,8 @@ json.dump(out, sys.stdout)
 '''
 
 
-@pytest.mark.skipif(importlib.util.find_spec('nova') is None,
-                    reason='nova is not installed')
 def test_nova_reads_what_the_domain_was_given(host):
+    conftest.require_module('nova')
     domain = RecordingDomain()
     vgpu = _vgpu()
     host.attach(INSTANCE, [_unmanaged(VFS[1]), vgpu], 'libvirt', domain)

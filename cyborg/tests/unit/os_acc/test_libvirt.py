@@ -1,15 +1,13 @@
 """The libvirt plugin's ``<hostdev>`` elements, read back as Nova reads
 them."""
-import importlib.util
 import json
 import subprocess
 import sys
 from xml.etree import ElementTree
 
-import pytest
-
 from cyborg.os_acc import objects
 from cyborg.os_acc.plugins import libvirt
+from cyborg.tests import conftest
 from cyborg.tests.unit.os_acc import fakes
 
 MDEV_UUID = 'b2107403-110c-45b0-af87-7cc0d9f33a8d'
@@ -112,9 +110,8 @@ json.dump(out, sys.stdout)
 '''
 
 
-@pytest.mark.skipif(importlib.util.find_spec('nova') is None,
-                    reason='nova is not installed')
 def test_novas_libvirt_config_reads_them():
+    conftest.require_module('nova')
     pci = _plug('PCI', {'domain': '0000', 'bus': '0c', 'device': '00',
                         'function': '1'})
     unmanaged = _plug('PCI', {'domain': '0000', 'bus': '0c', 'device': '00',

@@ -7,14 +7,12 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 import cyborg
-
-pytest.importorskip('mypy')
+from cyborg.tests import conftest
 
 
 def test_mypy_strict(tmp_path):
+    conftest.require_module('mypy')
     root = os.path.dirname(os.path.dirname(cyborg.__file__))
     done = subprocess.run(
         [sys.executable, '-m', 'mypy', '--strict', '--follow-imports=silent',
