@@ -1,33 +1,34 @@
 """The global configuration object, with every cyborg group registered."""
+import importlib
+import pkgutil
+import types
+
 from oslo_config import cfg
 
-from cyborg.conf import agent
-from cyborg.conf import api
-from cyborg.conf import conductor
-from cyborg.conf import database
-from cyborg.conf import default
-from cyborg.conf import fake_driver
-from cyborg.conf import fpga
-from cyborg.conf import generic_pci
-from cyborg.conf import glance
-from cyborg.conf import gpu
-from cyborg.conf import nic
-from cyborg.conf import nova
-from cyborg.conf import npu
-from cyborg.conf import placement
-from cyborg.conf import qat
-from cyborg.conf import ssd
-from cyborg.conf import upgrade_levels
-
 CONF = cfg.CONF
+
+# The generator's entry points: they declare no options and load
+# oslo.messaging, which a process importing the CONF need not.
+_ENTRY_POINTS = frozenset({'opts'})
+
+
+def option_modules() -> list[types.ModuleType]:
+    """Every module of this package declaring options, [DEFAULT]'s first,
+    then by name: those with ``register_opts(conf)`` and ``list_opts()``,
+    the latter returning {group: [option, ...]} in the sample's order.
+    The others (``groups``, ``keystone``, ...) help them declare theirs."""
+    modules = [importlib.import_module(f'{__name__}.{info.name}')
+               for info in pkgutil.iter_modules(__path__)
+               if info.name not in _ENTRY_POINTS]
+    return sorted((module for module in modules
+                   if hasattr(module, 'register_opts')),
+                  key=lambda module: module.__name__ != f'{__name__}.default')
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
     """Register every cyborg group on ``conf`` (done for the global CONF
     here; an app or a test may build its own)."""
-    for module in (default, agent, api, conductor, database, fake_driver,
-                   fpga, generic_pci, glance, gpu, nic, nova, npu, placement,
-                   qat, ssd, upgrade_levels):
+    for module in option_modules():
         module.register_opts(conf)
 
 

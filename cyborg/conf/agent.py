@@ -1,11 +1,7 @@
 """Options of the [agent] group: driver selection and the reporting loop."""
 from oslo_config import cfg
 
-agent_group = cfg.OptGroup(
-    'agent',
-    title='Agent options',
-    help='How cyborg-agent discovers devices on its host and reports them '
-         'to the conductor.')
+from cyborg.conf import groups
 
 agent_opts = [
     cfg.ListOpt(
@@ -163,11 +159,12 @@ agent_opts = [
              'reads no telemetry.'),
 ]
 
+GROUP = groups.Group(
+    'agent',
+    title='Agent options',
+    help='How cyborg-agent discovers devices on its host and reports them '
+         'to the conductor.',
+    opts=agent_opts)
 
-def register_opts(conf: cfg.ConfigOpts) -> None:
-    conf.register_group(agent_group)
-    conf.register_opts(agent_opts, group=agent_group)
-
-
-def list_opts() -> dict[cfg.OptGroup, list[cfg.Opt]]:
-    return {agent_group: agent_opts}
+register_opts = GROUP.register_opts
+list_opts = GROUP.list_opts

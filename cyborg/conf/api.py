@@ -1,10 +1,7 @@
 """Options of the [api] group: where and how cyborg-api serves HTTP."""
 from oslo_config import cfg
 
-api_group = cfg.OptGroup(
-    'api',
-    title='API options',
-    help='The REST API service.')
+from cyborg.conf import groups
 
 api_opts = [
     cfg.HostAddressOpt(
@@ -147,11 +144,11 @@ api_opts = [
              'itself.'),
 ]
 
+GROUP = groups.Group(
+    'api',
+    title='API options',
+    help='The REST API service.',
+    opts=api_opts)
 
-def register_opts(conf: cfg.ConfigOpts) -> None:
-    conf.register_group(api_group)
-    conf.register_opts(api_opts, group=api_group)
-
-
-def list_opts() -> dict[cfg.OptGroup, list[cfg.Opt]]:
-    return {api_group: api_opts}
+register_opts = GROUP.register_opts
+list_opts = GROUP.list_opts

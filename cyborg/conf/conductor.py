@@ -1,12 +1,9 @@
 """Options of the [conductor] group: binding accelerator requests."""
 from oslo_config import cfg
 
-conductor_group = cfg.OptGroup(
-    'conductor',
-    title='Conductor options',
-    help='How cyborg-conductor binds accelerator requests.')
+from cyborg.conf import groups
 
-conductor_opts: list[cfg.Opt] = [
+conductor_opts = [
     cfg.IntOpt(
         'bind_timeout',
         default=300,
@@ -48,11 +45,11 @@ conductor_opts: list[cfg.Opt] = [
              'can reach the port.'),
 ]
 
+GROUP = groups.Group(
+    'conductor',
+    title='Conductor options',
+    help='How cyborg-conductor binds accelerator requests.',
+    opts=conductor_opts)
 
-def register_opts(conf: cfg.ConfigOpts) -> None:
-    conf.register_group(conductor_group)
-    conf.register_opts(conductor_opts, group=conductor_group)
-
-
-def list_opts() -> dict[cfg.OptGroup, list[cfg.Opt]]:
-    return {conductor_group: conductor_opts}
+register_opts = GROUP.register_opts
+list_opts = GROUP.list_opts

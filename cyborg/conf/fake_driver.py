@@ -1,16 +1,9 @@
 """Options of the [fake_driver] group: the in-tree driver for demos."""
 from oslo_config import cfg
 
-from cyborg.conf.lifecycle import lifecycle_opts
+from cyborg.conf import groups
 
-fake_driver_group = cfg.OptGroup(
-    'fake_driver',
-    title='Fake driver options',
-    help='The fake driver reports FPGA-like devices, and optionally GPUs '
-         'offering vGPUs, that do not exist. It serves the all-in-one '
-         'service, tests and benchmarks.')
-
-fake_driver_opts: list[cfg.Opt] = [
+fake_driver_opts = [
     cfg.IntOpt(
         'device_count',
         default=1,
@@ -109,15 +102,15 @@ fake_driver_opts: list[cfg.Opt] = [
              'checked, to test how failed layouts are reported.'),
 ]
 
-fake_driver_opts += lifecycle_opts(
-    'fake devices',
-    'recorded in clean_log, and failing while clean_fail is set')
+GROUP = groups.driver_group(
+    'fake_driver',
+    title='Fake driver options',
+    help='The fake driver reports FPGA-like devices, and optionally GPUs '
+         'offering vGPUs, that do not exist. It serves the all-in-one '
+         'service, tests and benchmarks.',
+    family='fake devices',
+    clean_how='recorded in clean_log, and failing while clean_fail is set',
+    opts=fake_driver_opts)
 
-
-def register_opts(conf: cfg.ConfigOpts) -> None:
-    conf.register_group(fake_driver_group)
-    conf.register_opts(fake_driver_opts, group=fake_driver_group)
-
-
-def list_opts() -> dict[cfg.OptGroup, list[cfg.Opt]]:
-    return {fake_driver_group: fake_driver_opts}
+register_opts = GROUP.register_opts
+list_opts = GROUP.list_opts

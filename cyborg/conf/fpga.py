@@ -1,23 +1,9 @@
 """Options of the [fpga] group: the tools the FPGA drivers program with."""
 from oslo_config import cfg
 
-from cyborg.conf.lifecycle import lifecycle_opts
+from cyborg.conf import groups
 
-fpga_group = cfg.OptGroup(
-    'fpga',
-    title='FPGA driver options',
-    help='How the intel_fpga and xilinx_fpga drivers load a bitstream onto '
-         'an FPGA: which vendor tool they run, with which arguments, for '
-         'how long. The tools run without a shell, behind [agent] '
-         'root_helper when one is set. In the argument lists these '
-         'placeholders are replaced for the device being programmed: '
-         '{address} (its PCI address, 0000:5e:00.0), {domain} (0000), '
-         '{bus} (5e), {device} (00), {function} (0), all lower-case hex '
-         'without 0x, and {image} (the path of the downloaded bitstream, '
-         'which every list must contain). The agent refuses to start when '
-         'a list names another placeholder.')
-
-fpga_opts: list[cfg.Opt] = [
+fpga_opts = [
     cfg.IntOpt(
         'program_timeout',
         default=900,
@@ -69,15 +55,23 @@ fpga_opts: list[cfg.Opt] = [
              'and a clean it is asked for fails with that reason.'),
 ]
 
-fpga_opts += lifecycle_opts(
-    'FPGA cards of the intel_fpga, xilinx_fpga and inspur_fpga drivers',
-    "the card's golden image of golden_images is loaded again")
+GROUP = groups.driver_group(
+    'fpga',
+    title='FPGA driver options',
+    help='How the intel_fpga and xilinx_fpga drivers load a bitstream onto '
+         'an FPGA: which vendor tool they run, with which arguments, for '
+         'how long. The tools run without a shell, behind [agent] '
+         'root_helper when one is set. In the argument lists these '
+         'placeholders are replaced for the device being programmed: '
+         '{address} (its PCI address, 0000:5e:00.0), {domain} (0000), '
+         '{bus} (5e), {device} (00), {function} (0), all lower-case hex '
+         'without 0x, and {image} (the path of the downloaded bitstream, '
+         'which every list must contain). The agent refuses to start when '
+         'a list names another placeholder.',
+    family='FPGA cards of the intel_fpga, xilinx_fpga and inspur_fpga '
+           'drivers',
+    clean_how="the card's golden image of golden_images is loaded again",
+    opts=fpga_opts)
 
-
-def register_opts(conf: cfg.ConfigOpts) -> None:
-    conf.register_group(fpga_group)
-    conf.register_opts(fpga_opts, group=fpga_group)
-
-
-def list_opts() -> dict[cfg.OptGroup, list[cfg.Opt]]:
-    return {fpga_group: fpga_opts}
+register_opts = GROUP.register_opts
+list_opts = GROUP.list_opts

@@ -1,20 +1,10 @@
 """Options of the [generic_pci] group: which PCI functions the driver owns."""
 from oslo_config import cfg
 
-from cyborg.conf.lifecycle import lifecycle_opts
-from cyborg.conf.mdev import mdev_opts
+from cyborg.conf import groups
+from cyborg.conf.lifecycle import FUNCTION_RESET
 
-generic_pci_group = cfg.OptGroup(
-    'generic_pci',
-    title='Generic PCI driver options',
-    help='The generic_pci driver reports PCI functions that the operator '
-         'selects, whatever their vendor, as whole-function accelerators '
-         'passed through to instances, or, under a device layout with an '
-         'mdev type and count, as that many mediated devices of the type '
-         'when the function (or its virtual functions) offers '
-         'mdev_supported_types.')
-
-generic_pci_opts: list[cfg.Opt] = [
+generic_pci_opts = [
     cfg.MultiStrOpt(
         'device_specs',
         default=[],
@@ -39,17 +29,19 @@ generic_pci_opts: list[cfg.Opt] = [
              'refuses to start when an object is invalid.'),
 ]
 
-generic_pci_opts += lifecycle_opts(
-    'functions of the generic_pci driver',
-    "a function-level reset through the function's sysfs reset file")
-generic_pci_opts += mdev_opts('functions of the generic_pci driver under '
-                              'an mdev layout')
+GROUP = groups.driver_group(
+    'generic_pci',
+    title='Generic PCI driver options',
+    help='The generic_pci driver reports PCI functions that the operator '
+         'selects, whatever their vendor, as whole-function accelerators '
+         'passed through to instances, or, under a device layout with an '
+         'mdev type and count, as that many mediated devices of the type '
+         'when the function (or its virtual functions) offers '
+         'mdev_supported_types.',
+    family='functions of the generic_pci driver',
+    clean_how=FUNCTION_RESET,
+    opts=generic_pci_opts,
+    mdevs='functions of the generic_pci driver under an mdev layout')
 
-
-def register_opts(conf: cfg.ConfigOpts) -> None:
-    conf.register_group(generic_pci_group)
-    conf.register_opts(generic_pci_opts, group=generic_pci_group)
-
-
-def list_opts() -> dict[cfg.OptGroup, list[cfg.Opt]]:
-    return {generic_pci_group: generic_pci_opts}
+register_opts = GROUP.register_opts
+list_opts = GROUP.list_opts

@@ -3,14 +3,6 @@ from oslo_config import cfg
 
 from cyborg.conf import keystone
 
-glance_group = cfg.OptGroup(
-    'glance',
-    title='Glance (image service) options',
-    help='The image service holding FPGA bitstreams. The agent downloads '
-         'the bitstream an accelerator request asks for before it programs '
-         'the device. The usual keystoneauth auth, session and adapter '
-         'options.')
-
 glance_opts = [
     cfg.IntOpt(
         'download_retries',
@@ -24,11 +16,15 @@ glance_opts = [
              'tried again up to this many times.'),
 ]
 
+GROUP = keystone.ServiceClientGroup(
+    'glance',
+    title='Glance (image service) options',
+    help='The image service holding FPGA bitstreams. The agent downloads '
+         'the bitstream an accelerator request asks for before it programs '
+         'the device. The usual keystoneauth auth, session and adapter '
+         'options.',
+    opts=glance_opts,
+    service_type='image')
 
-def register_opts(conf: cfg.ConfigOpts) -> None:
-    keystone.register_client_opts(conf, glance_group, 'image')
-    conf.register_opts(glance_opts, group=glance_group)
-
-
-def list_opts() -> dict[cfg.OptGroup, list[cfg.Opt]]:
-    return {glance_group: glance_opts + keystone.list_client_opts('image')}
+register_opts = GROUP.register_opts
+list_opts = GROUP.list_opts

@@ -1,20 +1,9 @@
 """Options of the [gpu_devices] group: which NVIDIA GPUs serve vGPUs."""
 from oslo_config import cfg
 
-from cyborg.conf.lifecycle import lifecycle_opts
-from cyborg.conf.mdev import mdev_opts
+from cyborg.conf import groups
 
-gpu_group = cfg.OptGroup(
-    'gpu_devices',
-    title='NVIDIA GPU driver options',
-    help='The nvidia_gpu driver reports every NVIDIA GPU (VGA or 3D '
-         'controller) of the host. A GPU is passed through whole '
-         '(resource class PGPU) unless these options give it a vGPU type; '
-         'then it is reported as that many vGPUs (resource class VGPU), '
-         'created as mediated devices when an instance is bound to them '
-         '(by the agent, or by nova-compute: see mdev_creator).')
-
-gpu_opts: list[cfg.Opt] = [
+gpu_opts = [
     cfg.ListOpt(
         'enabled_vgpu_types',
         default=[],
@@ -45,17 +34,21 @@ gpu_opts: list[cfg.Opt] = [
              'two types, or when an enabled type has no entry.'),
 ]
 
-gpu_opts += lifecycle_opts(
-    'NVIDIA GPUs of the nvidia_gpu driver',
-    "a vGPU's mediated device is removed and created again; a whole GPU "
-    'gets a function-level reset through its sysfs reset file')
-gpu_opts += mdev_opts('vGPUs of the nvidia_gpu driver')
+GROUP = groups.driver_group(
+    'gpu_devices',
+    title='NVIDIA GPU driver options',
+    help='The nvidia_gpu driver reports every NVIDIA GPU (VGA or 3D '
+         'controller) of the host. A GPU is passed through whole '
+         '(resource class PGPU) unless these options give it a vGPU type; '
+         'then it is reported as that many vGPUs (resource class VGPU), '
+         'created as mediated devices when an instance is bound to them '
+         '(by the agent, or by nova-compute: see mdev_creator).',
+    family='NVIDIA GPUs of the nvidia_gpu driver',
+    clean_how="a vGPU's mediated device is removed and created again; a "
+              'whole GPU gets a function-level reset through its sysfs '
+              'reset file',
+    opts=gpu_opts,
+    mdevs='vGPUs of the nvidia_gpu driver')
 
-
-def register_opts(conf: cfg.ConfigOpts) -> None:
-    conf.register_group(gpu_group)
-    conf.register_opts(gpu_opts, group=gpu_group)
-
-
-def list_opts() -> dict[cfg.OptGroup, list[cfg.Opt]]:
-    return {gpu_group: gpu_opts}
+register_opts = GROUP.register_opts
+list_opts = GROUP.list_opts

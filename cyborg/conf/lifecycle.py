@@ -1,10 +1,15 @@
 """The device-lifecycle options every driver group has.
 
 Not a group of its own: each driver's group (``[nic_devices]``,
-``[gpu_devices]``, ``[fpga]``, ...) registers these, so that an operator
-sets them per driver family where the family's other options are.
+``[gpu_devices]``, ``[fpga]``, ...) has these (``groups.driver_group``), so
+that an operator sets them per driver family where the family's other
+options are.
 """
 from oslo_config import cfg
+
+#: The clean of a family whose functions each have a sysfs reset file.
+FUNCTION_RESET = ("a function-level reset through the function's sysfs "
+                  'reset file')
 
 
 def lifecycle_opts(family: str, clean_how: str) -> list[cfg.Opt]:

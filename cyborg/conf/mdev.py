@@ -1,7 +1,8 @@
 """The mediated-device option every mdev-capable driver group has.
 
-Not a group of its own: ``[gpu_devices]`` and ``[generic_pci]`` register
-it, so that an operator sets it where the family's other options are.
+Not a group of its own: ``[gpu_devices]`` and ``[generic_pci]`` have it
+(``groups.driver_group``), so that an operator sets it where the family's
+other options are.
 """
 from oslo_config import cfg
 

@@ -2,17 +2,10 @@
 are connected to."""
 from oslo_config import cfg
 
-from cyborg.conf.lifecycle import lifecycle_opts
+from cyborg.conf import groups
+from cyborg.conf.lifecycle import FUNCTION_RESET
 
-nic_group = cfg.OptGroup(
-    'nic_devices',
-    title='NIC driver options',
-    help='How the intel_nic driver describes the Intel Ethernet '
-         'controllers (700 series: X710, XL710, XXV710; E810) it reports: '
-         'which physical network each port is cabled to, and which '
-         'functions operators attach to ports.')
-
-nic_opts: list[cfg.Opt] = [
+nic_opts = [
     cfg.ListOpt(
         'physical_device_mappings',
         default=[],
@@ -46,15 +39,16 @@ nic_opts: list[cfg.Opt] = [
              'is invalid.'),
 ]
 
-nic_opts += lifecycle_opts(
-    'Intel NICs of the intel_nic driver',
-    "a function-level reset through the function's sysfs reset file")
+GROUP = groups.driver_group(
+    'nic_devices',
+    title='NIC driver options',
+    help='How the intel_nic driver describes the Intel Ethernet '
+         'controllers (700 series: X710, XL710, XXV710; E810) it reports: '
+         'which physical network each port is cabled to, and which '
+         'functions operators attach to ports.',
+    family='Intel NICs of the intel_nic driver',
+    clean_how=FUNCTION_RESET,
+    opts=nic_opts)
 
-
-def register_opts(conf: cfg.ConfigOpts) -> None:
-    conf.register_group(nic_group)
-    conf.register_opts(nic_opts, group=nic_group)
-
-
-def list_opts() -> dict[cfg.OptGroup, list[cfg.Opt]]:
-    return {nic_group: nic_opts}
+register_opts = GROUP.register_opts
+list_opts = GROUP.list_opts

@@ -3,19 +3,6 @@ from oslo_config import cfg
 
 from cyborg.conf import keystone
 
-nova_group = cfg.OptGroup(
-    'nova',
-    title='Nova (compute API) options',
-    help='The compute API the conductor sends "accelerator-request-bound" '
-         'events to. The user must have the "service" role, which Nova\'s '
-         'default policy requires for external events. The usual '
-         'keystoneauth auth, session and adapter options. An events post '
-         'that cannot connect or gets a 5xx answer is tried twice more, '
-         '1.25 seconds apart, and one that gets a 4xx is not tried again; '
-         'connect_retries, connect_retry_delay, status_code_retries, '
-         'status_code_retry_delay and retriable_status_codes, when set, '
-         'change that.')
-
 nova_opts = [
     cfg.BoolOpt(
         'send_events',
@@ -47,11 +34,20 @@ nova_opts = [
              'the retry options), or an event may reach Nova twice.'),
 ]
 
+GROUP = keystone.ServiceClientGroup(
+    'nova',
+    title='Nova (compute API) options',
+    help='The compute API the conductor sends "accelerator-request-bound" '
+         'events to. The user must have the "service" role, which Nova\'s '
+         'default policy requires for external events. The usual '
+         'keystoneauth auth, session and adapter options. An events post '
+         'that cannot connect or gets a 5xx answer is tried twice more, '
+         '1.25 seconds apart, and one that gets a 4xx is not tried again; '
+         'connect_retries, connect_retry_delay, status_code_retries, '
+         'status_code_retry_delay and retriable_status_codes, when set, '
+         'change that.',
+    opts=nova_opts,
+    service_type='compute')
 
-def register_opts(conf: cfg.ConfigOpts) -> None:
-    keystone.register_client_opts(conf, nova_group, 'compute')
-    conf.register_opts(nova_opts, group=nova_group)
-
-
-def list_opts() -> dict[cfg.OptGroup, list[cfg.Opt]]:
-    return {nova_group: nova_opts + keystone.list_client_opts('compute')}
+register_opts = GROUP.register_opts
+list_opts = GROUP.list_opts

@@ -2,34 +2,15 @@
 from oslo_config import cfg
 from oslo_log import log
 
+from cyborg import conf as cyborg_conf
 from cyborg.common import rpc
-from cyborg.conf import agent
-from cyborg.conf import api
-from cyborg.conf import conductor
 from cyborg.conf import database
-from cyborg.conf import default
-from cyborg.conf import fake_driver
-from cyborg.conf import fpga
-from cyborg.conf import generic_pci
-from cyborg.conf import glance
-from cyborg.conf import gpu
-from cyborg.conf import nic
-from cyborg.conf import nova
-from cyborg.conf import npu
-from cyborg.conf import placement
-from cyborg.conf import qat
-from cyborg.conf import ssd
-from cyborg.conf import upgrade_levels
-
-_MODULES = (default, agent, api, conductor, database, fake_driver, fpga,
-            generic_pci, glance, gpu, nic, nova, npu, placement, qat, ssd,
-            upgrade_levels)
 
 
 def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:
     """Return (group, options) pairs, the shape the generator expects."""
     result: list[tuple[str | cfg.OptGroup, list[cfg.Opt]]] = []
-    for module in _MODULES:
+    for module in cyborg_conf.option_modules():
         result.extend(module.list_opts().items())
     return result
 

@@ -3,15 +3,6 @@ from oslo_config import cfg
 
 from cyborg.conf import keystone
 
-placement_group = cfg.OptGroup(
-    'placement',
-    title='Placement service options',
-    help='The placement service the conductor publishes accelerators to, '
-         'as nested resource providers under each compute node. The usual '
-         'keystoneauth options: an auth plugin with a service user, '
-         'session options (TLS, timeout) and adapter options (interface, '
-         'region, endpoint_override).')
-
 sync_opts = [
     cfg.IntOpt(
         'sync_interval',
@@ -45,12 +36,16 @@ sync_opts = [
              '(microversion 2.9) writes, whose PATCH then answers 409.'),
 ]
 
+GROUP = keystone.ServiceClientGroup(
+    'placement',
+    title='Placement service options',
+    help='The placement service the conductor publishes accelerators to, '
+         'as nested resource providers under each compute node. The usual '
+         'keystoneauth options: an auth plugin with a service user, '
+         'session options (TLS, timeout) and adapter options (interface, '
+         'region, endpoint_override).',
+    opts=sync_opts,
+    service_type='placement')
 
-def register_opts(conf: cfg.ConfigOpts) -> None:
-    keystone.register_client_opts(conf, placement_group, 'placement')
-    conf.register_opts(sync_opts, group=placement_group)
-
-
-def list_opts() -> dict[cfg.OptGroup, list[cfg.Opt]]:
-    return {placement_group: sync_opts
-            + keystone.list_client_opts('placement')}
+register_opts = GROUP.register_opts
+list_opts = GROUP.list_opts

@@ -1,23 +1,14 @@
 """Options of the [qat_devices] group: the intel_qat driver's device
 lifecycle."""
-from oslo_config import cfg
+from cyborg.conf import groups
+from cyborg.conf.lifecycle import FUNCTION_RESET
 
-from cyborg.conf.lifecycle import lifecycle_opts
-
-qat_group = cfg.OptGroup(
+GROUP = groups.driver_group(
     'qat_devices',
     title='QAT driver options',
-    help='How the intel_qat driver readies and cleans its devices.')
+    help='How the intel_qat driver readies and cleans its devices.',
+    family='Intel QAT endpoints of the intel_qat driver',
+    clean_how=FUNCTION_RESET)
 
-qat_opts: list[cfg.Opt] = lifecycle_opts(
-    'Intel QAT endpoints of the intel_qat driver',
-    "a function-level reset through the function's sysfs reset file")
-
-
-def register_opts(conf: cfg.ConfigOpts) -> None:
-    conf.register_group(qat_group)
-    conf.register_opts(qat_opts, group=qat_group)
-
-
-def list_opts() -> dict[cfg.OptGroup, list[cfg.Opt]]:
-    return {qat_group: qat_opts}
+register_opts = GROUP.register_opts
+list_opts = GROUP.list_opts

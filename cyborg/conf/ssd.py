@@ -2,14 +2,9 @@
 lifecycle."""
 from oslo_config import cfg
 
-from cyborg.conf.lifecycle import lifecycle_opts
+from cyborg.conf import groups
 
-ssd_group = cfg.OptGroup(
-    'ssd_devices',
-    title='NVMe SSD driver options',
-    help='How the inspur_nvme_ssd driver readies and cleans its devices.')
-
-ssd_opts: list[cfg.Opt] = [
+ssd_opts = [
     cfg.StrOpt(
         'nvme_path',
         default='nvme',
@@ -23,16 +18,15 @@ ssd_opts: list[cfg.Opt] = [
         help='Seconds a format may take before it is stopped and the clean '
              'fails. A user-data erase of a large drive takes minutes.'),
 ]
-ssd_opts += lifecycle_opts(
-    'Inspur NVMe SSDs of the inspur_nvme_ssd driver',
-    'every namespace is formatted with "nvme format" of nvme-cli, which '
-    'erases it')
 
+GROUP = groups.driver_group(
+    'ssd_devices',
+    title='NVMe SSD driver options',
+    help='How the inspur_nvme_ssd driver readies and cleans its devices.',
+    family='Inspur NVMe SSDs of the inspur_nvme_ssd driver',
+    clean_how='every namespace is formatted with "nvme format" of '
+              'nvme-cli, which erases it',
+    opts=ssd_opts)
 
-def register_opts(conf: cfg.ConfigOpts) -> None:
-    conf.register_group(ssd_group)
-    conf.register_opts(ssd_opts, group=ssd_group)
-
-
-def list_opts() -> dict[cfg.OptGroup, list[cfg.Opt]]:
-    return {ssd_group: ssd_opts}
+register_opts = GROUP.register_opts
+list_opts = GROUP.list_opts
