@@ -28,8 +28,8 @@ from cyborg.db.api import attach_handles
 from cyborg.tests import utils
 from cyborg.tests.fakes.fixtures import fake_glance  # noqa: F401
 from cyborg.tests.fakes.fixtures import fake_nova  # noqa: F401
-from cyborg.tests.placement_server import placement  # noqa: F401
-from cyborg.tests.placement_server import placement_url  # noqa: F401
+from cyborg.tests.harness.placement_server import placement  # noqa: F401
+from cyborg.tests.harness.placement_server import placement_url  # noqa: F401
 
 MYSQL_URL = os.environ.get('CYBORG_TEST_MYSQL_URL',
                            'mysql+pymysql://root@127.0.0.1:3306/')

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 
 from cyborg.db import adoption
 from cyborg.db import migration
-from cyborg.tests import upstream_cyborg
+from cyborg.tests.harness import upstream_cyborg
 
 _BATCH = 5000
 

@@ -50,7 +50,7 @@ from cyborg.db import api as db_api
 from cyborg.db import migration
 from cyborg.db.api import inventory
 from cyborg.tests import utils
-from cyborg.tests.functional import bind_load
+from cyborg.tests.harness import bind_load
 
 HEADERS = {'X-Auth-Token': 'admin', 'X-Service-Roles': 'service',
            'Content-Type': 'application/json'}

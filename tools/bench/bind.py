@@ -41,7 +41,7 @@ from cyborg.db import api as db_api
 from cyborg.db import migration
 from cyborg.db import models
 from cyborg.tests import utils
-from cyborg.tests.functional import bind_load
+from cyborg.tests.harness import bind_load
 
 HOSTNAME = bind_load.HOSTNAME
 

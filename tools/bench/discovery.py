@@ -30,7 +30,7 @@ from cyborg import conf as cyborg_conf
 from cyborg.accelerator import drivers
 from cyborg.accelerator import pci
 from cyborg.common import device_report
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.harness.sysfs import SysfsTree
 
 # Drivers benchmarked when they are registered, in this order.
 DRIVERS = ('fake_driver', 'generic_pci', 'nvidia_gpu', 'intel_fpga',

@@ -1,6 +1,7 @@
 """Benchmark of binding through three conductors on a Galera cluster.
 
-Starts a 3-node MariaDB Galera cluster on 127.0.0.1 (``cyborg.tests.galera``:
+Starts a 3-node MariaDB Galera cluster on 127.0.0.1
+(``cyborg.tests.harness.galera``:
 Debian's mariadb-server and galera-4, installed if missing), one
 ``cyborg-conductor`` per node writing through it, seeds fewer TEST_PCI
 attach handles than Initial accelerator requests, and has C concurrent
@@ -26,9 +27,9 @@ import api
 
 import cyborg.cmd  # noqa: F401  (native threads first)
 from cyborg import conf as cyborg_conf
-from cyborg.tests import galera
 from cyborg.tests import utils
-from cyborg.tests.functional import galera_binds
+from cyborg.tests.harness import galera
+from cyborg.tests.harness import galera_binds
 
 
 def run(args: argparse.Namespace, transport: str) -> dict[str, object]:

@@ -26,7 +26,7 @@ import discovery
 from cyborg import conf as cyborg_conf
 from cyborg.accelerator import drivers
 from cyborg.accelerator import pci
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.harness.sysfs import SysfsTree
 
 # Device directories given hwmon sensors, by vendor and class prefix:
 # NVIDIA GPUs, Xilinx and Intel FPGAs, NVMe drives.

@@ -2,7 +2,8 @@
 
 In one process: a cyborg database (SQLite, or a throw-away one on the
 machine's MariaDB or PostgreSQL), a real placement
-(``cyborg.tests.placement_server``), a ``ConductorManager``, and an agent's
+(``cyborg.tests.harness.placement_server``), a ``ConductorManager``, and
+an agent's
 ``ResourceTracker`` and ``HealthMonitor`` over ``FakeDriver`` devices,
 joined by a shim that calls the manager where the agent makes RPC calls.
 ``fault``/``clear``: a fault for one device written to (then removed from)
@@ -46,7 +47,7 @@ from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.db import api as db_api
 from cyborg.db import migration
 from cyborg.db.api import inventory
-from cyborg.tests import placement_server
+from cyborg.tests.harness import placement_server
 
 SERVERS = {'mysql': 'mysql+pymysql://root@127.0.0.1:3306/',
            'postgresql': 'postgresql+psycopg2://postgres@127.0.0.1:5432/'}

@@ -1,7 +1,8 @@
 """Benchmark of many compute hosts against conductors and real placement.
 
 One process speaks the agent's RPC as H hosts of D fake devices each
-(``cyborg.tests.simulated_hosts``) against ``--conductors`` cyborg-conductor
+(``cyborg.tests.harness.simulated_hosts``) against ``--conductors``
+cyborg-conductor
 processes on MariaDB, a RabbitMQ virtual host of its own and a real
 openstack-placement (``--placement-workers`` waitress processes, on one
 MariaDB database, each conductor calling one of them). It creates each
@@ -56,9 +57,9 @@ from cyborg import conf as cyborg_conf
 from cyborg.common import rpc
 from cyborg.conductor import rpcapi
 from cyborg.db import migration
-from cyborg.tests import placement_server
-from cyborg.tests import simulated_hosts
 from cyborg.tests import utils
+from cyborg.tests.harness import placement_server
+from cyborg.tests.harness import simulated_hosts
 
 # The label of the RabbitMQ server; other beam.smp processes (rabbitmqctl
 # runs of other users of the machine) are 'RabbitMQ'.

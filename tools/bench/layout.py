@@ -1,11 +1,11 @@
 """Benchmark of a device layout change and of a clean after use.
 
 Starts placement, cyborg-api, a conductor and an agent as processes
-(``cyborg.tests.functional.gate_stack``) on a real RabbitMQ and a
+(``cyborg.tests.harness.gate_stack``) on a real RabbitMQ and a
 database (MariaDB by default), and a fake Nova. The agent runs two
 drivers: ``intel_nic`` over a sysfs tree of one E810 whose writes an
-emulated kernel follows (``cyborg.tests.sysfs_kernel``, a thread of this
-process), and the fake driver with one FPGA of two attach handles. Then,
+emulated kernel follows (``cyborg.tests.harness.sysfs_kernel``, a thread of
+this process), and the fake driver with one FPGA of two attach handles. Then,
 back to back, through the API at microversion 2.8:
 
 ``layout``: ``PUT /v2/devices/{uuid}/layout`` of the E810 to ``--vfs``
@@ -47,11 +47,11 @@ import requests
 import sqlalchemy as sa
 
 from cyborg.db import migration
-from cyborg.tests import placement_server
-from cyborg.tests import sysfs_kernel
 from cyborg.tests import utils
-from cyborg.tests.functional import gate_stack
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.harness import gate_stack
+from cyborg.tests.harness import placement_server
+from cyborg.tests.harness import sysfs_kernel
+from cyborg.tests.harness.sysfs import SysfsTree
 
 NODE = 'bench-layout-node'
 E810 = '0000:3b:00.0'

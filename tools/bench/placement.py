@@ -45,7 +45,7 @@ from cyborg.db import api as db_api
 from cyborg.db import migration
 from cyborg.db.api import inventory
 from cyborg.db.api import providers
-from cyborg.tests import placement_server
+from cyborg.tests.harness import placement_server
 
 
 def _report(conf: cfg.ConfigOpts, hostname: str, devices: int) -> dict:

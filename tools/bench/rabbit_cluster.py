@@ -1,11 +1,11 @@
 """Benchmark of a RabbitMQ node stopped in the middle of a burst.
 
 Starts three clustered RabbitMQ nodes on loopback
-(``cyborg.tests.rabbit_cluster``), then ``cyborg-api`` and
+(``cyborg.tests.harness.rabbit_cluster``), then ``cyborg-api`` and
 ``cyborg-conductor`` processes on MariaDB with a transport URL listing
 the three and oslo.messaging's quorum queues on, seeds fake TEST_PCI
 devices, and has C clients create and bind N accelerator requests through
-the REST API (``cyborg.tests.functional.burst``: every request sent once,
+the REST API (``cyborg.tests.harness.burst``: every request sent once,
 and once more after a 5xx). Once ``--stop-at`` of the items are done it
 stops the node leading the conductors' queue and keeps going. Prints the
 requests, retries, requests lost and done twice (both must be 0), and
@@ -31,9 +31,9 @@ from oslo_db.sqlalchemy import engines
 import cyborg.cmd  # noqa: F401  (native threads first)
 from cyborg import conf as cyborg_conf
 from cyborg.db import migration
-from cyborg.tests import rabbit_cluster
-from cyborg.tests.functional import burst
-from cyborg.tests.functional import gate_stack
+from cyborg.tests.harness import burst
+from cyborg.tests.harness import gate_stack
+from cyborg.tests.harness import rabbit_cluster
 
 QUORUM = {'rabbit_quorum_queue': 'true',
           'rabbit_transient_quorum_queue': 'true'}

@@ -7,8 +7,8 @@ processes (``layout.stack_of``) on a real RabbitMQ and a database of their
 own (MariaDB by default), and a fake Nova. The agent's ``nvidia_gpu``
 driver sees a sysfs tree of one T4 (10de:1eb8) serving 16 vGPUs of type
 nvidia-222, whose mdev writes an emulated kernel follows
-(``cyborg.tests.sysfs_kernel``, a thread of this process). Then, back to
-back, ``--cycles`` times, a request (created unmeasured) for one vGPU:
+(``cyborg.tests.harness.sysfs_kernel``, a thread of this process). Then,
+back to back, ``--cycles`` times, a request (created unmeasured) for one vGPU:
 
 ``bind``: ``PATCH /v2/accelerator_requests`` to the T4's provider, until
 the database shows the request Bound. With ``cyborg`` the PATCH leaves it
@@ -50,9 +50,9 @@ import sqlalchemy as sa
 
 from cyborg.db import migration
 from cyborg.db import models
-from cyborg.tests import sysfs_kernel
 from cyborg.tests import utils
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.harness import sysfs_kernel
+from cyborg.tests.harness.sysfs import SysfsTree
 
 NODE = 'bench-vgpu-node'
 T4 = '0000:af:00.0'

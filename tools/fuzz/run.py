@@ -41,12 +41,12 @@ sys.path.insert(0, str(ROOT))
 
 from cyborg.db import migration  # noqa: E402
 from cyborg.tests import conftest  # noqa: E402
-from cyborg.tests import placement_server  # noqa: E402
 from cyborg.tests import utils  # noqa: E402
 from cyborg.tests.fakes import nova as fake_nova  # noqa: E402
-from cyborg.tests.functional import gate_stack  # noqa: E402
 from cyborg.tests.functional.api import contract  # noqa: E402
 from cyborg.tests.functional.api import fuzzing  # noqa: E402
+from cyborg.tests.harness import gate_stack  # noqa: E402
+from cyborg.tests.harness import placement_server  # noqa: E402
 
 MYSQL_URL = os.environ.get('CYBORG_TEST_MYSQL_URL',
                            'mysql+pymysql://root@127.0.0.1:3306/')

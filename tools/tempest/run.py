@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from cyborg.db import migration  # noqa: E402
 from cyborg.tests import utils  # noqa: E402
-from cyborg.tests.functional import gate_stack  # noqa: E402
+from cyborg.tests.harness import gate_stack  # noqa: E402
 from cyborg.tests.nova_stack import backing  # noqa: E402
 from cyborg.tests.nova_stack import keystone as keystone_lib  # noqa: E402
 from cyborg.tests.nova_stack.keystone import Keystone  # noqa: E402

@@ -4,7 +4,7 @@ SR-IOV VF counts, vfio-pci binding, function-level resets.
 Each write is read back. A real kernel answers a refused write with an
 errno (EBUSY, EINVAL) and does the work before write() returns, so the
 read-back passes at once; the emulated kernel of the tests
-(cyborg.tests.sysfs_kernel) cannot fail a write() and works
+(cyborg.tests.harness.sysfs_kernel) cannot fail a write() and works
 asynchronously, so the read-back is what tells a refusal from success
 there, and it also catches a kernel that accepted a write and did not
 follow it (a PF driver that creates fewer VFs than asked).

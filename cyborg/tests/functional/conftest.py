@@ -7,7 +7,7 @@ migrations (tens of seconds on PostgreSQL).
 import pytest
 
 from cyborg.tests import conftest
-from cyborg.tests import upstream_cyborg
+from cyborg.tests.harness import upstream_cyborg
 
 
 @pytest.fixture(scope='session')

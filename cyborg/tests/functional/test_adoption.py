@@ -20,7 +20,7 @@ from cyborg.db import upstream
 from cyborg.db.api import inventory
 from cyborg.tests import conftest
 from cyborg.tests import utils
-from cyborg.tests.upstream_cyborg import upstream_venv  # noqa: F401
+from cyborg.tests.harness.upstream_cyborg import upstream_venv  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures('upstream_venv')
 

@@ -18,7 +18,7 @@ from cyborg.db import upstream
 from cyborg.tests import utils
 from cyborg.tests.functional.test_adoption import _dump
 from cyborg.tests.functional.test_adoption import _seed
-from cyborg.tests.upstream_cyborg import upstream_venv  # noqa: F401
+from cyborg.tests.harness.upstream_cyborg import upstream_venv  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures('upstream_venv')
 

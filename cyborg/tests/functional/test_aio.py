@@ -24,8 +24,8 @@ from cyborg.cmd import aio_glance
 from cyborg.cmd import aio_placement
 from cyborg.cmd import aio_tour
 from cyborg.tests import conftest
-from cyborg.tests import placement_server
 from cyborg.tests.functional import test_processes as processes
+from cyborg.tests.harness import placement_server
 
 README = pathlib.Path(cyborg.__file__).parents[1] / 'README.md'
 # The tour's URLs in the README, the defaults of cyborg-aio.

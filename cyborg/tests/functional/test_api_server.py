@@ -2,11 +2,11 @@
 import socket
 
 from cyborg.db import migration
-from cyborg.tests.functional import gate_stack
 from cyborg.tests.functional.test_processes import _get
 from cyborg.tests.functional.test_processes import _start
 from cyborg.tests.functional.test_processes import _stop
 from cyborg.tests.functional.test_processes import _write_conf
+from cyborg.tests.harness import gate_stack
 from cyborg.tests.utils import wait_for
 
 CONNECTION_LIMIT = 10

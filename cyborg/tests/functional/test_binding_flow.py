@@ -31,9 +31,9 @@ from cyborg.db.api import arqs
 from cyborg.db.api import inventory
 from cyborg.db.api import nova_events
 from cyborg.db.api import providers
-from cyborg.tests import placement_server
 from cyborg.tests.fakes import fixtures
-from cyborg.tests.functional import gate_stack
+from cyborg.tests.harness import gate_stack
+from cyborg.tests.harness import placement_server
 from cyborg.tests.utils import wait_for
 
 

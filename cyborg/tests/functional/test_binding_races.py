@@ -29,13 +29,13 @@ from cyborg.db.api import arqs
 from cyborg.db.api import deployables
 from cyborg.db.api import inventory
 from cyborg.tests.fakes import fixtures
-from cyborg.tests.functional import gate_stack
 from cyborg.tests.functional.test_binding_flow import Stack
 from cyborg.tests.functional.test_conductor_concurrency import _heartbeating
 from cyborg.tests.functional.test_conductor_concurrency import _tails
 from cyborg.tests.functional.test_processes import _kill
 from cyborg.tests.functional.test_processes import _start
 from cyborg.tests.functional.test_processes import _write_conf
+from cyborg.tests.harness import gate_stack
 from cyborg.tests.utils import wait_for
 
 ARQ = models.AcceleratorRequest

@@ -26,11 +26,11 @@ from cyborg.accelerator.drivers import fake
 from cyborg.common import rpc_deadline
 from cyborg.db.api import device_profiles
 from cyborg.db.api import inventory
-from cyborg.tests import placement_server
-from cyborg.tests.functional import gate_stack
 from cyborg.tests.functional.test_processes import _start
 from cyborg.tests.functional.test_processes import _stop
 from cyborg.tests.functional.test_processes import _write_conf
+from cyborg.tests.harness import gate_stack
+from cyborg.tests.harness import placement_server
 from cyborg.tests.utils import wait_for
 
 # Seconds the API waits for a conductor's answer.

@@ -13,8 +13,8 @@ import pytest
 import requests
 
 from cyborg.accelerator.drivers import fake
-from cyborg.tests import placement_server
-from cyborg.tests.functional import gate_stack
+from cyborg.tests.harness import gate_stack
+from cyborg.tests.harness import placement_server
 
 NODES = {'agent1': 'clean-node-1', 'agent2': 'clean-node-2'}
 HEADERS = {'X-Auth-Token': 'admin',

@@ -29,9 +29,9 @@ from cyborg.db.api import capacity
 from cyborg.db.api import cleaning
 from cyborg.db.api import device_profiles
 from cyborg.db.api import providers
-from cyborg.tests import placement_server
 from cyborg.tests.fakes import fixtures
 from cyborg.tests.functional.test_placement_sync import _report
+from cyborg.tests.harness import placement_server
 from cyborg.tests.utils import wait_for
 
 AH = models.AttachHandle

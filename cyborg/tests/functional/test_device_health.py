@@ -21,8 +21,8 @@ from cyborg.db.api import arqs
 from cyborg.db.api import device_profiles
 from cyborg.db.api import devices
 from cyborg.db.api import inventory
-from cyborg.tests import placement_server
 from cyborg.tests.functional.test_placement_sync import _report
+from cyborg.tests.harness import placement_server
 
 
 @pytest.fixture

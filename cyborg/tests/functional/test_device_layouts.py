@@ -35,7 +35,7 @@ from cyborg.db.api import device_profiles
 from cyborg.db.api import devices
 from cyborg.db.api import inventory
 from cyborg.db.api import layouts as db_layouts
-from cyborg.tests import placement_server
+from cyborg.tests.harness import placement_server
 
 
 class DirectConductor:

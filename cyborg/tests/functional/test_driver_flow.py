@@ -17,8 +17,8 @@ import sys
 import pytest
 import requests
 
-from cyborg.tests import placement_server
-from cyborg.tests.functional import gate_stack
+from cyborg.tests.harness import gate_stack
+from cyborg.tests.harness import placement_server
 
 NODE = 'driver-node'
 HOST = 'agent1'

@@ -12,8 +12,8 @@ and removes the mdev, and is offered again then.
 import pytest
 import requests
 
-from cyborg.tests import placement_server
-from cyborg.tests.functional import gate_stack
+from cyborg.tests.harness import gate_stack
+from cyborg.tests.harness import placement_server
 
 NODES = {'agent-a': 'evac-node-a', 'agent-b': 'evac-node-b'}
 HEADERS = {'X-Auth-Token': 'admin',

@@ -1,6 +1,6 @@
 """Binds from three conductors, each writing through another node of a
-3-node MariaDB Galera cluster (``cyborg.tests.galera``), to fewer attach
-handles than requests.
+3-node MariaDB Galera cluster (``cyborg.tests.harness.galera``), to fewer
+attach handles than requests.
 
 The schema is checked first (every table InnoDB, with a primary key, on
 every node). Each node locks rows for its own transactions only: two
@@ -20,9 +20,9 @@ from oslo_db.sqlalchemy import engines
 from cyborg.db import api as db_api
 from cyborg.db import models
 from cyborg.db.api import attach_handles
-from cyborg.tests import galera
-from cyborg.tests.functional import galera_binds
-from cyborg.tests.functional import gate_stack
+from cyborg.tests.harness import galera
+from cyborg.tests.harness import galera_binds
+from cyborg.tests.harness import gate_stack
 
 REQUESTS = int(os.environ.get('CYBORG_TEST_GALERA_BINDS', '150'))
 HANDLES = REQUESTS * 4 // 5

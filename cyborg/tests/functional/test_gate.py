@@ -46,12 +46,12 @@ from cyborg.db import models
 from cyborg.db.api import inventory
 from cyborg.db.api import providers
 from cyborg.os_acc import client as os_acc_client
-from cyborg.tests import placement_server
 from cyborg.tests.fakes import nova as fake_nova_lib
-from cyborg.tests.functional import gate_stack
-from cyborg.tests.functional.clients import test_nova_client
-from cyborg.tests.functional.gate_stack import wait_for
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.harness import gate_stack
+from cyborg.tests.harness import nova_side
+from cyborg.tests.harness import placement_server
+from cyborg.tests.harness.gate_stack import wait_for
+from cyborg.tests.harness.sysfs import SysfsTree
 
 ARQ = models.AcceleratorRequest
 AH = models.AttachHandle
@@ -90,7 +90,7 @@ class Gate:
     events: fake_nova_lib.FakeNova
     engine: sa.engine.Engine
     tree: SysfsTree
-    nova: test_nova_client.NovaSide | None = None
+    nova: nova_side.NovaSide | None = None
     sdk: connection.Connection | None = None
     # compute node name -> its provider uuid
     roots: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -333,7 +333,7 @@ def _delete_servers(gate: Gate, *instances: str) -> None:
         gate.nova('delete_arqs_for_instance', instance)
         response = gate.placement.request('DELETE', f'/allocations/{instance}')
         assert response.status_code == 204, response.text
-        with pytest.raises(test_nova_client.NovaError,
+        with pytest.raises(nova_side.NovaError,
                            match='no accelerator requests'):
             gate.nova('get_arqs_for_instance', instance)
     assert _counts(gate) == (collections.Counter(), 0)

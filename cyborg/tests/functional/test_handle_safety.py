@@ -37,8 +37,8 @@ from cyborg.db.api import attach_handles
 from cyborg.db.api import bind_ends
 from cyborg.db.api import device_profiles
 from cyborg.db.api import inventory
-from cyborg.tests import fpga_hosts
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.harness import fpga_hosts
+from cyborg.tests.harness.sysfs import SysfsTree
 
 HOST = 'cmp1'
 NODE = 'node1'

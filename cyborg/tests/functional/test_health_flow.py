@@ -18,8 +18,8 @@ import sqlalchemy as sa
 from oslo_config import cfg
 from prometheus_client.parser import text_string_to_metric_families
 
-from cyborg.tests import placement_server
-from cyborg.tests.functional import gate_stack
+from cyborg.tests.harness import gate_stack
+from cyborg.tests.harness import placement_server
 
 NODE = 'health-node'
 SICK = '0000:0d:00.0'

@@ -33,8 +33,8 @@ from cyborg.db.api import capacity
 from cyborg.db.api import device_profiles
 from cyborg.db.api import inventory
 from cyborg.db.api import services
-from cyborg.tests import placement_server
 from cyborg.tests.fakes import fixtures
+from cyborg.tests.harness import placement_server
 from cyborg.tests.utils import wait_for
 
 AH = models.AttachHandle

@@ -17,9 +17,9 @@ from cyborg.common import rpc
 from cyborg.conductor import rpcapi
 from cyborg.db import models
 from cyborg.tests import conftest
-from cyborg.tests import placement_server
-from cyborg.tests import simulated_hosts
-from cyborg.tests.functional import gate_stack
+from cyborg.tests.harness import gate_stack
+from cyborg.tests.harness import placement_server
+from cyborg.tests.harness import simulated_hosts
 
 HOSTS = 50
 DEVICES = 8

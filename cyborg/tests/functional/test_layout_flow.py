@@ -13,8 +13,8 @@ import requests
 import sqlalchemy as sa
 
 from cyborg.accelerator.drivers import fake
-from cyborg.tests import placement_server
-from cyborg.tests.functional import gate_stack
+from cyborg.tests.harness import gate_stack
+from cyborg.tests.harness import placement_server
 
 NODE = 'layout-node'
 HEADERS = {'X-Auth-Token': 'admin',

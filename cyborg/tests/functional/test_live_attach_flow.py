@@ -25,13 +25,13 @@ from cyborg.os_acc import manager
 from cyborg.os_acc import sysfs
 from cyborg.os_acc.drivers import fake_pci
 from cyborg.os_acc.drivers import pci
-from cyborg.tests import placement_server
-from cyborg.tests.functional import gate_stack
-from cyborg.tests.functional.libvirt_guest import INACTIVE
-from cyborg.tests.functional.libvirt_guest import EmulatedPlugin
-from cyborg.tests.functional.libvirt_guest import connection  # noqa: F401
-from cyborg.tests.functional.libvirt_guest import domain  # noqa: F401
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.harness import gate_stack
+from cyborg.tests.harness import placement_server
+from cyborg.tests.harness.libvirt_guest import INACTIVE
+from cyborg.tests.harness.libvirt_guest import EmulatedPlugin
+from cyborg.tests.harness.libvirt_guest import connection  # noqa: F401
+from cyborg.tests.harness.libvirt_guest import domain  # noqa: F401
+from cyborg.tests.harness.sysfs import SysfsTree
 
 # One worker for every module on the libvirtd the first starts and its
 # last stops (``libvirt_guest.connection``), so that none stops it under

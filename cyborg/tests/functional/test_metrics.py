@@ -23,7 +23,7 @@ from cyborg.db.api import arqs
 from cyborg.db.api import device_profiles
 from cyborg.db.api import inventory
 from cyborg.tests.fakes import fixtures
-from cyborg.tests.functional.gate_stack import free_port
+from cyborg.tests.harness.gate_stack import free_port
 from cyborg.tests.utils import wait_for
 
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -23,8 +23,8 @@ import pytest
 
 from cyborg.cmd import aio_glance
 from cyborg.tests import conftest
-from cyborg.tests import sysfs_kernel
-from cyborg.tests.functional import gate_stack
+from cyborg.tests.harness import gate_stack
+from cyborg.tests.harness import sysfs_kernel
 from cyborg.tests.nova_stack import checks
 from cyborg.tests.nova_stack import cloud as cloud_lib
 from cyborg.tests.nova_stack import stack as stack_lib

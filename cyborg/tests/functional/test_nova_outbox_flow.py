@@ -21,12 +21,12 @@ from cyborg.common import rpc
 from cyborg.db.api import arqs
 from cyborg.db.api import nova_events
 from cyborg.db.api import services
-from cyborg.tests.functional import gate_stack
 from cyborg.tests.functional.test_arq_binding import _seed
 from cyborg.tests.functional.test_processes import _kill
 from cyborg.tests.functional.test_processes import _start
 from cyborg.tests.functional.test_processes import _stop
 from cyborg.tests.functional.test_processes import _write_conf
+from cyborg.tests.harness import gate_stack
 from cyborg.tests.utils import wait_for
 
 BINDS = 10

@@ -25,7 +25,7 @@ from cyborg.os_acc import objects
 from cyborg.tests.functional.api.fixtures import api  # noqa: F401
 from cyborg.tests.functional.clients.conftest import SERVICE_TOKEN
 from cyborg.tests.functional.clients.conftest import live_api  # noqa: F401
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.harness.sysfs import SysfsTree
 
 INSTANCE = objects.InstanceInfo('29901acf-5b5e-4a7f-8a3f-1b2c3d4e5f60')
 FPGA_GROUPS = [{'resources:FPGA': '2', 'trait:CUSTOM_FAKE_DEVICE':

@@ -11,11 +11,11 @@ from cyborg.os_acc import manager
 from cyborg.os_acc import objects
 from cyborg.os_acc.drivers import fake_pci
 from cyborg.os_acc.drivers import pci
-from cyborg.tests.functional.libvirt_guest import INACTIVE
-from cyborg.tests.functional.libvirt_guest import EmulatedPlugin
-from cyborg.tests.functional.libvirt_guest import connection  # noqa: F401
-from cyborg.tests.functional.libvirt_guest import domain  # noqa: F401
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.harness.libvirt_guest import INACTIVE
+from cyborg.tests.harness.libvirt_guest import EmulatedPlugin
+from cyborg.tests.harness.libvirt_guest import connection  # noqa: F401
+from cyborg.tests.harness.libvirt_guest import domain  # noqa: F401
+from cyborg.tests.harness.sysfs import SysfsTree
 from cyborg.tests.unit.os_acc import fakes
 
 # One worker for every module on the libvirtd the first starts and its

@@ -15,9 +15,9 @@ from cyborg.accelerator import pci
 from cyborg.accelerator.drivers import fake
 from cyborg.conductor import placement_sync
 from cyborg.db.api import inventory
-from cyborg.tests import placement_server
 from cyborg.tests.functional import test_handle_safety as families
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.harness import placement_server
+from cyborg.tests.harness.sysfs import SysfsTree
 
 OWNER = 'OWNER_CYBORG'
 

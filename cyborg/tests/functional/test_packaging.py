@@ -3,7 +3,8 @@
 The tests run in development mode, from the source tree, where every file
 is at hand; a packaged install (a container image, a distribution
 package, ``pip install cyborg``) has only what the sdist and the wheel
-carry. Here both are built from the tree (``cyborg.tests.packaging``) and
+carry. Here both are built from the tree
+(``cyborg.tests.harness.packaging``) and
 installed each into an environment of its own, with no source tree on
 its path, and their console scripts are run from a directory outside the
 tree: ``cyborg-dbsync upgrade`` (the alembic environment and migrations
@@ -44,10 +45,10 @@ import pytest
 import requests
 
 from cyborg.db import migration
-from cyborg.tests import cached_venv
-from cyborg.tests import packaging
 from cyborg.tests import utils
-from cyborg.tests.functional import gate_stack
+from cyborg.tests.harness import cached_venv
+from cyborg.tests.harness import gate_stack
+from cyborg.tests.harness import packaging
 
 ADMIN = {'X-Auth-Token': 'admin',
          'OpenStack-API-Version': 'accelerator 2.5'}

@@ -19,7 +19,7 @@ from cyborg.db.api import arqs
 from cyborg.db.api import device_profiles
 from cyborg.db.api import inventory
 from cyborg.db.api import providers
-from cyborg.tests import placement_server
+from cyborg.tests.harness import placement_server
 
 
 class Clock:

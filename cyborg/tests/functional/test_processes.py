@@ -15,7 +15,7 @@ from cyborg.db import migration
 from cyborg.db.api import inventory
 from cyborg.db.api import services
 from cyborg.tests import utils
-from cyborg.tests.functional import gate_stack
+from cyborg.tests.harness import gate_stack
 
 
 def _write_conf(path, **sections):

@@ -19,9 +19,9 @@ import pytest
 import sqlalchemy as sa
 
 from cyborg.tests import conftest
-from cyborg.tests.functional import burst
-from cyborg.tests.functional import gate_stack
-from cyborg.tests.rabbit_cluster import rabbit_cluster  # noqa: F401
+from cyborg.tests.harness import burst
+from cyborg.tests.harness import gate_stack
+from cyborg.tests.harness.rabbit_cluster import rabbit_cluster  # noqa: F401
 
 # Items (a create and a bind each) and client threads; the benchmark
 # (tools/bench/rabbit_cluster.py) runs 2,000 with 16 clients.

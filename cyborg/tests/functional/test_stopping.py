@@ -19,12 +19,12 @@ from collections.abc import Iterator
 import pytest
 
 import cyborg
-from cyborg.tests.functional import gate_stack
 from cyborg.tests.functional.test_processes import _alive
 from cyborg.tests.functional.test_processes import _children
 from cyborg.tests.functional.test_processes import _start
 from cyborg.tests.functional.test_processes import _uwsgi_conf
 from cyborg.tests.functional.test_processes import _write_conf
+from cyborg.tests.harness import gate_stack
 from cyborg.tests.utils import wait_for
 
 LOG = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from cyborg.conductor import manager as conductor_manager
 from cyborg.db import models
 from cyborg.db.api import devices
 from cyborg.db.api import inventory
-from cyborg.tests import simulated_hosts
+from cyborg.tests.harness import simulated_hosts
 
 HOST = simulated_hosts.agent_host('node1')
 LONG_AGO = datetime.datetime(2020, 1, 1)

@@ -7,11 +7,11 @@ from collections.abc import Iterator
 import pytest
 
 from cyborg.tests import conftest
-from cyborg.tests import upstream_cyborg
-from cyborg.tests import upstream_fill
 from cyborg.tests import utils
-from cyborg.tests.placement_server import Placement
-from cyborg.tests.upstream_cyborg import upstream_venv  # noqa: F401
+from cyborg.tests.harness import upstream_cyborg
+from cyborg.tests.harness import upstream_fill
+from cyborg.tests.harness.placement_server import Placement
+from cyborg.tests.harness.upstream_cyborg import upstream_venv  # noqa: F401
 
 # Every test runs upstream's own commands from its environment.
 pytestmark = pytest.mark.usefixtures('upstream_venv')

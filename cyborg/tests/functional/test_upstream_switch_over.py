@@ -15,12 +15,12 @@ import requests
 
 from cyborg.db import migration
 from cyborg.db import upstream
-from cyborg.tests import upstream_fill
 from cyborg.tests import utils
-from cyborg.tests.functional import gate_stack
-from cyborg.tests.functional.clients.test_nova_client import NovaError
-from cyborg.tests.placement_server import Placement
-from cyborg.tests.upstream_cyborg import upstream_venv  # noqa: F401
+from cyborg.tests.harness import gate_stack
+from cyborg.tests.harness import upstream_fill
+from cyborg.tests.harness.nova_side import NovaError
+from cyborg.tests.harness.placement_server import Placement
+from cyborg.tests.harness.upstream_cyborg import upstream_venv  # noqa: F401
 
 pytestmark = [pytest.mark.usefixtures('upstream_venv'), pytest.mark.flow]
 

@@ -4,7 +4,8 @@ process.
 Placement, cyborg-api, a conductor and an agent with the ``intel_nic``
 driver run as processes on real RabbitMQ and on each database; the
 agent's sysfs is a fixture tree whose writes an emulated kernel, another
-process, follows as the kernel does (``cyborg.tests.sysfs_kernel``). The
+process, follows as the kernel does
+(``cyborg.tests.harness.sysfs_kernel``). The
 operator sets the NIC's VF count with ``openstack accelerator device
 layout set``: when the command returns, placement offers the eight VFs and
 no longer the PF, and back at 0 the PF alone again.
@@ -14,10 +15,10 @@ import json
 import pytest
 import requests
 
-from cyborg.tests import placement_server
-from cyborg.tests import sysfs_kernel
-from cyborg.tests.functional import gate_stack
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.harness import gate_stack
+from cyborg.tests.harness import placement_server
+from cyborg.tests.harness import sysfs_kernel
+from cyborg.tests.harness.sysfs import SysfsTree
 
 NODE = 'vf-node'
 E810 = '0000:3b:00.0'

@@ -5,7 +5,7 @@ Placement, cyborg-api, a conductor and an agent with the ``nvidia_gpu``
 driver run as processes on real RabbitMQ and on each database; the
 agent's sysfs is a fixture tree of a T4 on the vGPU host driver, whose
 mdev writes an emulated kernel, another process, follows
-(``cyborg.tests.sysfs_kernel``). The operator sets the T4 to 4 vGPUs of
+(``cyborg.tests.harness.sysfs_kernel``). The operator sets the T4 to 4 vGPUs of
 one type with ``openstack accelerator device layout set``: when the
 command returns, placement offers 4 VGPU with the type's trait and no
 longer the PGPU. An instance is bound one vGPU (its mdev created on the
@@ -20,10 +20,10 @@ import pytest
 import requests
 
 from cyborg.accelerator.drivers import pci_lifecycle
-from cyborg.tests import placement_server
-from cyborg.tests import sysfs_kernel
-from cyborg.tests.functional import gate_stack
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.harness import gate_stack
+from cyborg.tests.harness import placement_server
+from cyborg.tests.harness import sysfs_kernel
+from cyborg.tests.harness.sysfs import SysfsTree
 
 NODE = 'vgpu-node'
 T4 = '0000:af:00.0'

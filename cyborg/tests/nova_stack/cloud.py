@@ -17,7 +17,7 @@ import requests
 import sqlalchemy as sa
 
 from cyborg.cmd import aio_glance
-from cyborg.tests.functional import gate_stack
+from cyborg.tests.harness import gate_stack
 from cyborg.tests.nova_stack import checks
 from cyborg.tests.nova_stack import keystone as keystone_lib
 from cyborg.tests.nova_stack import neutron

@@ -14,7 +14,7 @@ import sys
 
 import requests
 
-from cyborg.tests.functional import gate_stack
+from cyborg.tests.harness import gate_stack
 from cyborg.tests.nova_stack import keystone as keystone_lib
 
 _SERVE = '''

@@ -20,7 +20,7 @@ from typing import Any
 
 import requests
 
-from cyborg.tests.functional import gate_stack
+from cyborg.tests.harness import gate_stack
 
 REGION = 'RegionOne'
 SERVICE_PROJECT = 'service'

@@ -22,7 +22,7 @@ from typing import Any
 
 import requests
 
-from cyborg.tests.functional import gate_stack
+from cyborg.tests.harness import gate_stack
 from cyborg.tests.nova_stack import keystone as keystone_lib
 from cyborg.tests.nova_stack import spawns
 

@@ -9,8 +9,8 @@ from typing import Any
 # The environment variable naming the file a nova-compute's driver writes.
 LOG_ENV = 'NOVA_STACK_ACCEL_LOG'
 # The environment variable naming the sysfs root (a tree of
-# cyborg.tests.sysfs) in which a nova-compute's driver creates the mdevs
-# of its MDEV handles, as Nova's libvirt driver creates them on the host.
+# cyborg.tests.harness.sysfs) in which a nova-compute's driver creates the
+# mdevs of its MDEV handles, as Nova's libvirt driver creates them on the host.
 SYSFS_ENV = 'NOVA_STACK_SYSFS_ROOT'
 # nova-compute loads its driver from the nova.virt package only:
 # ``COMPUTE`` runs nova-compute with the module ``virt`` registered there

@@ -7,7 +7,7 @@ one cyborg-conductor, nova-api, -conductor, -scheduler, and per compute
 host a nova-compute and a cyborg-agent with the fake driver. The agent
 of ``VGPU_HOST`` also has the ``nvidia_gpu`` driver, over a sysfs tree
 with a T4 whose vGPUs nova-compute creates (``mdev_creator = nova``),
-followed by an emulated kernel (``cyborg.tests.sysfs_kernel``). Every
+followed by an emulated kernel (``cyborg.tests.harness.sysfs_kernel``). Every
 service is in the Keystone catalog and every service user is made as
 devstack makes it. ``NovaStack.open`` makes the databases and the
 virtual host and removes them afterwards, printing the tails of every
@@ -23,14 +23,14 @@ from typing import Any
 import requests
 
 from cyborg.db import migration
-from cyborg.tests import sysfs_kernel
-from cyborg.tests.functional import gate_stack
+from cyborg.tests.harness import gate_stack
+from cyborg.tests.harness import sysfs_kernel
+from cyborg.tests.harness.sysfs import SysfsTree
 from cyborg.tests.nova_stack import backing
 from cyborg.tests.nova_stack import glance as glance_lib
 from cyborg.tests.nova_stack import keystone as keystone_lib
 from cyborg.tests.nova_stack import neutron
 from cyborg.tests.nova_stack import nova as nova_lib
-from cyborg.tests.sysfs import SysfsTree
 
 # compute host (and node) name -> the name of its cyborg-agent process.
 HOSTS = {'nova-cn1': 'agent-cn1', 'nova-cn2': 'agent-cn2'}

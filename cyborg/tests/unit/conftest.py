@@ -2,8 +2,8 @@
 the emulated kernel acting on its writes."""
 import pytest
 
-from cyborg.tests import sysfs_kernel
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.harness import sysfs_kernel
+from cyborg.tests.harness.sysfs import SysfsTree
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from cyborg.accelerator.drivers import pci_driver
 from cyborg.accelerator.drivers import xilinx_fpga
 from cyborg.common import exception
 from cyborg.common.device_health import Health
-from cyborg.tests import fpga_hosts
+from cyborg.tests.harness import fpga_hosts
 
 GPU = '0000:3b:00.0'
 SSD = '0000:62:00.0'

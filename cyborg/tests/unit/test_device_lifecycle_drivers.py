@@ -1,5 +1,5 @@
 """Layouts, preparation and cleaning of the PCI drivers, on fake sysfs
-trees the emulated kernel (cyborg.tests.sysfs_kernel) follows."""
+trees the emulated kernel (cyborg.tests.harness.sysfs_kernel) follows."""
 import pytest
 
 from cyborg.accelerator.drivers import inspur_fpga
@@ -11,14 +11,14 @@ from cyborg.accelerator.drivers import nvidia_gpu
 from cyborg.accelerator.drivers import pci_lifecycle
 from cyborg.common import exception
 from cyborg.common.device_report import DriverAttachHandle
-from cyborg.tests import sysfs_kernel
-from cyborg.tests.fpga_hosts import ARRIA10
-from cyborg.tests.fpga_hosts import HOST
-from cyborg.tests.fpga_hosts import by_address
-from cyborg.tests.fpga_hosts import configure
-from cyborg.tests.fpga_hosts import fpga_host
-from cyborg.tests.sysfs import SysfsTree
-from cyborg.tests.sysfs import pci_parts as pci
+from cyborg.tests.harness import sysfs_kernel
+from cyborg.tests.harness.fpga_hosts import ARRIA10
+from cyborg.tests.harness.fpga_hosts import HOST
+from cyborg.tests.harness.fpga_hosts import by_address
+from cyborg.tests.harness.fpga_hosts import configure
+from cyborg.tests.harness.fpga_hosts import fpga_host
+from cyborg.tests.harness.sysfs import SysfsTree
+from cyborg.tests.harness.sysfs import pci_parts as pci
 from cyborg.tests.unit.test_fpga_programming import fake_tool
 
 E810 = '0000:3b:00.0'

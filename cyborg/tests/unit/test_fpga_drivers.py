@@ -8,26 +8,26 @@ from cyborg.accelerator.drivers import inspur_fpga
 from cyborg.accelerator.drivers import intel_fpga
 from cyborg.accelerator.drivers import xilinx_fpga
 from cyborg.common import exception
-from cyborg.tests.fpga_hosts import ARRIA10
-from cyborg.tests.fpga_hosts import ARRIA10_INTERFACE
-from cyborg.tests.fpga_hosts import F10A
-from cyborg.tests.fpga_hosts import HOST
-from cyborg.tests.fpga_hosts import HOST_BRIDGE
-from cyborg.tests.fpga_hosts import N3000
-from cyborg.tests.fpga_hosts import N3000_INTERFACE
-from cyborg.tests.fpga_hosts import N3000_VFS
-from cyborg.tests.fpga_hosts import NLB0_AFU
-from cyborg.tests.fpga_hosts import PROCESSING_ACCELERATOR
-from cyborg.tests.fpga_hosts import U250_MGMT
-from cyborg.tests.fpga_hosts import U250_USER
-from cyborg.tests.fpga_hosts import add_f10a
-from cyborg.tests.fpga_hosts import add_u250
-from cyborg.tests.fpga_hosts import by_address
-from cyborg.tests.fpga_hosts import check_report
-from cyborg.tests.fpga_hosts import configure
-from cyborg.tests.fpga_hosts import fpga_host
-from cyborg.tests.fpga_hosts import pci
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.harness.fpga_hosts import ARRIA10
+from cyborg.tests.harness.fpga_hosts import ARRIA10_INTERFACE
+from cyborg.tests.harness.fpga_hosts import F10A
+from cyborg.tests.harness.fpga_hosts import HOST
+from cyborg.tests.harness.fpga_hosts import HOST_BRIDGE
+from cyborg.tests.harness.fpga_hosts import N3000
+from cyborg.tests.harness.fpga_hosts import N3000_INTERFACE
+from cyborg.tests.harness.fpga_hosts import N3000_VFS
+from cyborg.tests.harness.fpga_hosts import NLB0_AFU
+from cyborg.tests.harness.fpga_hosts import PROCESSING_ACCELERATOR
+from cyborg.tests.harness.fpga_hosts import U250_MGMT
+from cyborg.tests.harness.fpga_hosts import U250_USER
+from cyborg.tests.harness.fpga_hosts import add_f10a
+from cyborg.tests.harness.fpga_hosts import add_u250
+from cyborg.tests.harness.fpga_hosts import by_address
+from cyborg.tests.harness.fpga_hosts import check_report
+from cyborg.tests.harness.fpga_hosts import configure
+from cyborg.tests.harness.fpga_hosts import fpga_host
+from cyborg.tests.harness.fpga_hosts import pci
+from cyborg.tests.harness.sysfs import SysfsTree
 
 
 @pytest.fixture

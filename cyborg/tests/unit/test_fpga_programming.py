@@ -8,17 +8,17 @@ from cyborg.accelerator import drivers
 from cyborg.accelerator.drivers import intel_fpga
 from cyborg.accelerator.drivers import xilinx_fpga
 from cyborg.common import exception
-from cyborg.tests.fpga_hosts import ARRIA10
-from cyborg.tests.fpga_hosts import DMA_AFU
-from cyborg.tests.fpga_hosts import HOST
-from cyborg.tests.fpga_hosts import N3000
-from cyborg.tests.fpga_hosts import N3000_VFS
-from cyborg.tests.fpga_hosts import NLB0_AFU
-from cyborg.tests.fpga_hosts import U250_MGMT
-from cyborg.tests.fpga_hosts import by_address
-from cyborg.tests.fpga_hosts import configure
-from cyborg.tests.fpga_hosts import fpga_host
-from cyborg.tests.fpga_hosts import pci
+from cyborg.tests.harness.fpga_hosts import ARRIA10
+from cyborg.tests.harness.fpga_hosts import DMA_AFU
+from cyborg.tests.harness.fpga_hosts import HOST
+from cyborg.tests.harness.fpga_hosts import N3000
+from cyborg.tests.harness.fpga_hosts import N3000_VFS
+from cyborg.tests.harness.fpga_hosts import NLB0_AFU
+from cyborg.tests.harness.fpga_hosts import U250_MGMT
+from cyborg.tests.harness.fpga_hosts import by_address
+from cyborg.tests.harness.fpga_hosts import configure
+from cyborg.tests.harness.fpga_hosts import fpga_host
+from cyborg.tests.harness.fpga_hosts import pci
 
 
 @pytest.fixture

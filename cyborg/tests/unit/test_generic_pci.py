@@ -10,7 +10,7 @@ from cyborg.accelerator import drivers
 from cyborg.accelerator.drivers import generic_pci
 from cyborg.common import device_report
 from cyborg.common import exception
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.harness.sysfs import SysfsTree
 
 GPU = '0000:3b:00.0'
 GPU_VFS = ['0000:3b:00.4', '0000:3b:00.5']

@@ -16,7 +16,7 @@ _DISCOVERY = textwrap.dedent('''
     from cyborg.accelerator import drivers
     from cyborg.accelerator import pci
     from cyborg.common import device_report
-    from cyborg.tests.sysfs import SysfsTree
+    from cyborg.tests.harness.sysfs import SysfsTree
 
     tree = SysfsTree(tempfile.mkdtemp())
     tree.add_function('0000:3b:00.0', 0x10de, 0x1eb8, 0x030200)

@@ -12,9 +12,9 @@ from cyborg.accelerator.drivers import nvidia_gpu
 from cyborg.accelerator.drivers import pci_lifecycle
 from cyborg.common import device_report
 from cyborg.common import exception
-from cyborg.tests import sysfs_kernel
-from cyborg.tests.sysfs import SysfsTree
-from cyborg.tests.sysfs import pci_parts as _pci
+from cyborg.tests.harness import sysfs_kernel
+from cyborg.tests.harness.sysfs import SysfsTree
+from cyborg.tests.harness.sysfs import pci_parts as _pci
 
 # An Intel iGPU with GVT-g: a display controller offering i915 types.
 IGPU = '0000:00:02.0'

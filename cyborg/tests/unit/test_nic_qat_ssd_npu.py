@@ -14,7 +14,7 @@ from cyborg.accelerator.drivers import intel_qat
 from cyborg.agent import resource_tracker
 from cyborg.common import device_report
 from cyborg.common import exception
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.harness.sysfs import SysfsTree
 
 E810 = '0000:17:00.0'
 E810_VFS = ['0000:17:01.0', '0000:17:01.1']

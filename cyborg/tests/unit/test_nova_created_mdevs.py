@@ -3,7 +3,7 @@ mdev drivers report, and that the agent leaves those mdevs alone.
 
 Nova creating an mdev is emulated the way libvirt does it: a write of the
 handle's uuid to the type's ``create`` file, which the emulated kernel
-(``cyborg.tests.sysfs_kernel``) follows, one ``step`` at a time.
+(``cyborg.tests.harness.sysfs_kernel``) follows, one ``step`` at a time.
 """
 import json
 
@@ -19,9 +19,9 @@ from cyborg.agent.cache import AgentCache
 from cyborg.common import device_report
 from cyborg.common import exception
 from cyborg.db.api import attach_handles
-from cyborg.tests import sysfs_kernel
-from cyborg.tests.sysfs import SysfsTree
-from cyborg.tests.sysfs import pci_parts as _pci
+from cyborg.tests.harness import sysfs_kernel
+from cyborg.tests.harness.sysfs import SysfsTree
+from cyborg.tests.harness.sysfs import pci_parts as _pci
 
 T4 = '0000:af:00.0'
 T4_TYPES = [('nvidia-222', 'GRID T4-1B', 4), ('nvidia-223', 'GRID T4-2B', 2)]

@@ -10,7 +10,7 @@ from cyborg.accelerator import pci
 from cyborg.accelerator.drivers import nvidia_gpu
 from cyborg.common import device_report
 from cyborg.common import exception
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.harness.sysfs import SysfsTree
 
 T4 = '0000:3b:00.0'
 T4_SPARE = '0000:5e:00.0'

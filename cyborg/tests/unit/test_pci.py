@@ -5,7 +5,7 @@ import os
 import pytest
 
 from cyborg.accelerator import pci
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.harness.sysfs import SysfsTree
 
 PF = '0000:3b:00.0'
 VFS = ['0000:3b:00.4', '0000:3b:00.5', '0000:3b:00.6']

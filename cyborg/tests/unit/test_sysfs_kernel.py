@@ -6,8 +6,8 @@ import time
 import pytest
 
 from cyborg.accelerator import pci
-from cyborg.tests import sysfs_kernel
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.harness import sysfs_kernel
+from cyborg.tests.harness.sysfs import SysfsTree
 
 PF = '0000:3b:00.0'
 GPU = '0000:af:00.0'

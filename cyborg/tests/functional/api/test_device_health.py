@@ -10,12 +10,12 @@ import sqlalchemy as sa
 from cyborg import context as cyborg_context
 from cyborg.db import models
 from cyborg.db.api import devices
-from cyborg.tests import placement_server
 from cyborg.tests.functional.api import fixtures
 from cyborg.tests.functional.api.fixtures import ADMIN
 from cyborg.tests.functional.api.fixtures import SERVICE
 from cyborg.tests.functional.api.fixtures import user
 from cyborg.tests.functional.api.fixtures import version
+from cyborg.tests.harness import placement_server
 
 MISSING = '6ba7b810-9dad-11d1-80b4-00c04fd430c8'
 FIELDS = {'uuid', 'type', 'vendor', 'model', 'std_board_info',

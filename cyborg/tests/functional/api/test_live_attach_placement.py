@@ -22,11 +22,11 @@ import pytest
 from cyborg import context as cyborg_context
 from cyborg.common import exception
 from cyborg.tests import conftest
-from cyborg.tests import placement_server
 from cyborg.tests.functional.api import fixtures
 from cyborg.tests.functional.api.fixtures import ADMIN
 from cyborg.tests.functional.api.fixtures import user
 from cyborg.tests.functional.api.fixtures import version
+from cyborg.tests.harness import placement_server
 from cyborg.tests.utils import wait_for
 
 ARQS = '/v2/accelerator_requests'

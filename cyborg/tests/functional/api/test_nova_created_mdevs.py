@@ -9,7 +9,7 @@ from cyborg.accelerator.drivers import nvidia_gpu
 from cyborg.tests.functional.api.fixtures import ADMIN
 from cyborg.tests.functional.api.fixtures import SERVICE
 from cyborg.tests.functional.api.fixtures import version
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.harness.sysfs import SysfsTree
 
 T4 = '0000:3b:00.0'
 INSTANCE = '29901acf-5b5e-4a7f-8a3f-1b2c3d4e5f60'

@@ -19,11 +19,11 @@ import sqlalchemy as sa
 
 from cyborg.db import migration
 from cyborg.tests import conftest
-from cyborg.tests import placement_server
-from cyborg.tests.functional import gate_stack
 from cyborg.tests.functional.api.fixtures import ADMIN
 from cyborg.tests.functional.test_processes import _start
 from cyborg.tests.functional.test_processes import _write_conf
+from cyborg.tests.harness import gate_stack
+from cyborg.tests.harness import placement_server
 from cyborg.tests.utils import wait_for
 
 DB_DOWN = ('Service unavailable: cyborg cannot reach its database; retry '

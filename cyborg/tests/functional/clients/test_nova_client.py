@@ -1,86 +1,28 @@
 """Nova's own Cyborg client (``nova.accelerator.cyborg``) against the API.
 
-Nova and cyborg both register their options on oslo.config's process-wide
-CONF, and some names clash (``[DEFAULT] host``, ``[api] max_limit``), so
-the two cannot be loaded in one process. Nova's side therefore runs in a
-child Python process (this module run with ``-m``), configured by a
-nova.conf, taking one call per line on stdin and answering in JSON; the
-test drives it step by step as Nova's conductor and compute do.
-
-Nothing in this module imports cyborg or nova at module level, so that the
-child loads only Nova.
+Nova's side runs in a child process (``harness/nova_side.py`` says why);
+each test drives it step by step as Nova's conductor and compute do.
 """
-import dataclasses
-import json
-import os
-import select
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from cyborg.tests.functional.clients.conftest import SERVICE_TOKEN
+from cyborg.tests.harness import nova_side
+from cyborg.tests.harness.nova_side import NovaError
+
 INSTANCE = '29901acf-5b5e-4a7f-8a3f-1b2c3d4e5f60'
 GROUPS = [{'resources:FPGA': '1', 'trait:CUSTOM_FAKE_DEVICE': 'required'}]
-REPLY_TIMEOUT = 60  # seconds
-
-
-class NovaError(Exception):
-    """An exception raised by Nova's client in the child."""
-
-    def __init__(self, name: str, message: str) -> None:
-        super().__init__(f'{name}: {message}')
-        self.name = name
-        self.message = message
-
-
-@dataclasses.dataclass
-class NovaSide:
-    """The child process; ``nova(name, *args)`` calls Nova's client."""
-
-    process: subprocess.Popen
-    stderr_path: str
-
-    def __call__(self, name: str, *args: Any) -> Any:
-        self.process.stdin.write(json.dumps([name, list(args)]) + '\n')
-        self.process.stdin.flush()
-        ready, _, _ = select.select([self.process.stdout], [], [],
-                                    REPLY_TIMEOUT)
-        line = self.process.stdout.readline() if ready else ''
-        if not line:
-            raise AssertionError(f'no reply from Nova to {name}:\n'
-                                 + self.stderr())
-        reply = json.loads(line)
-        if 'error' in reply:
-            raise NovaError(reply['error'], reply['message'])
-        return reply['result']
-
-    def stderr(self) -> str:
-        with open(self.stderr_path) as f:
-            return f.read()[-5000:]
-
-    def close(self) -> None:
-        self.process.stdin.close()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.process.stdout.close()
 
 
 @pytest.fixture
 def start_nova(live_api, tmp_path) -> Iterator[Any]:
     """Starts Nova's side; ``start_nova(service_token=False)`` leaves out
     ``[service_user]`` so that Nova sends only the user's token."""
-    # Here, not at module level: the child must not load cyborg.
-    from cyborg.tests import conftest
-    from cyborg.tests.functional.clients.conftest import SERVICE_TOKEN
-    conftest.require_module('nova')
     started = []
 
-    def start(service_token: bool = True) -> NovaSide:
+    def start(service_token: bool = True) -> nova_side.NovaSide:
         config = tmp_path / f'nova-{len(started)}.conf'
         lines = ['[cyborg]', f'endpoint_override = {live_api.url}',
                  'timeout = 30']
@@ -90,13 +32,8 @@ def start_nova(live_api, tmp_path) -> Iterator[Any]:
                       f'endpoint = {live_api.url}',
                       f'token = {SERVICE_TOKEN}']
         config.write_text('\n'.join(lines) + '\n')
-        stderr_path = str(tmp_path / f'nova-{len(started)}.log')
-        with open(stderr_path, 'w') as stderr:
-            process = subprocess.Popen(
-                [sys.executable, '-m', __name__, str(config)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                text=True, env=dict(os.environ, PYTHONWARNINGS='ignore'))
-        started.append(NovaSide(process, stderr_path))
+        started.append(nova_side.start(
+            config, tmp_path / f'nova-{len(started)}.log'))
         return started[-1]
 
     yield start
@@ -317,7 +254,7 @@ def test_vgpu_whose_mdev_nova_creates(live_api, start_nova, tmp_path):
 
     from cyborg.tests.functional.api import test_nova_created_mdevs as vgpu
     from cyborg.tests.functional.api.fixtures import version
-    from cyborg.tests.sysfs import SysfsTree
+    from cyborg.tests.harness.sysfs import SysfsTree
     tree = SysfsTree(tmp_path / 'host')
     vgpu.add_t4(tree)
     [device] = live_api.seed_driver(
@@ -355,54 +292,3 @@ def test_vgpu_whose_mdev_nova_creates(live_api, start_nova, tmp_path):
     handles = live_api.app.get(
         '/v2/attach_handles', headers=version('2.8')).json['attach_handles']
     assert [h['uuid'] for h in handles if h['in_use']] == []
-
-
-# --- the child process ------------------------------------------------------
-
-def _serve(config_file: str) -> None:
-    """Nova's client, configured from ``config_file``: one JSON call
-    ``[name, args]`` per line of stdin, one JSON reply per line."""
-    replies = sys.stdout
-    sys.stdout = sys.stderr  # nothing else may write to the reply channel
-
-    import nova.conf
-    from nova import context as nova_context
-    from nova import objects
-    from nova.accelerator import cyborg
-
-    nova.conf.CONF(['--config-file', config_file], project='nova',
-                   default_config_files=[], default_config_dirs=[])
-    objects.register_all()
-    # Nova passes on the token of the user who asked; under noauth,
-    # 'admin' is an administrator of project admin.
-    ctx = nova_context.RequestContext(user_id='admin', project_id='admin',
-                                      auth_token='admin')
-
-    def call(name: str, args: list[Any]) -> Any:
-        if name == 'get_device_profile_request_groups':
-            return [{'requester_id': g.requester_id,
-                     'resources': dict(g.resources),
-                     'required_traits': sorted(g.required_traits),
-                     'forbidden_traits': sorted(g.forbidden_traits)}
-                    for g in cyborg.get_device_profile_request_groups(
-                        ctx, *args)]
-        # As in Nova, a new client for each operation.
-        client = cyborg.get_client(ctx)
-        if name == 'get_arq_uuids_for_instance':
-            args = [objects.Instance(uuid=args[0])]
-        elif name == 'delete_arqs_by_uuid':
-            args = [dict.fromkeys(args[0]).keys()]  # Nova passes dict keys
-        return getattr(client, name)(*args)
-
-    for line in sys.stdin:
-        name, args = json.loads(line)
-        try:
-            reply = {'result': call(name, args)}
-        except Exception as exc:
-            reply = {'error': type(exc).__name__, 'message': str(exc)}
-        replies.write(json.dumps(reply) + '\n')
-        replies.flush()
-
-
-if __name__ == '__main__':
-    _serve(sys.argv[1])

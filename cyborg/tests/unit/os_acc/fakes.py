@@ -13,7 +13,7 @@ from typing import Any
 
 from cyborg.os_acc import exception
 from cyborg.os_acc import sysfs
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.harness.sysfs import SysfsTree
 
 INSTANCE = '8c6b1f1e-58a4-4c57-9a0f-5b8d1b8f0a11'
 

@@ -18,7 +18,7 @@ from cyborg.os_acc.drivers import mdev
 from cyborg.os_acc.drivers import pci
 from cyborg.os_acc.plugins import libvirt
 from cyborg.tests import conftest
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.harness.sysfs import SysfsTree
 from cyborg.tests.unit.os_acc import fakes
 
 VFS = ['0000:af:01.0', '0000:af:01.1', '0000:af:01.2']

@@ -7,7 +7,7 @@ from cyborg.accelerator import pci as pci_lib
 from cyborg.os_acc import exception
 from cyborg.os_acc import objects
 from cyborg.os_acc.drivers import pci
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.harness.sysfs import SysfsTree
 from cyborg.tests.unit.os_acc import fakes
 
 NIC = '0000:af:00.0'

@@ -14,7 +14,7 @@ from cyborg.os_acc.drivers import fake_pci
 from cyborg.os_acc.drivers import mdev
 from cyborg.os_acc.drivers import pci
 from cyborg.os_acc.plugins import libvirt
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.harness.sysfs import SysfsTree
 from cyborg.tests.unit.os_acc import fakes
 
 NIC = '0000:af:00.0'

@@ -32,7 +32,7 @@ from cyborg.db import api as db_api
 from cyborg.db import models
 from cyborg.db.api import device_profiles
 from cyborg.db.api import inventory
-from cyborg.tests.functional import gate_stack
+from cyborg.tests.harness import gate_stack
 
 PROFILE = 'burst'
 HOST = 'burst-host'

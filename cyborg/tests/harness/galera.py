@@ -33,9 +33,9 @@ from collections.abc import Iterator
 
 import pymysql
 
-from cyborg.tests import system_packages
 from cyborg.tests.conftest import unavailable
-from cyborg.tests.functional import gate_stack
+from cyborg.tests.harness import gate_stack
+from cyborg.tests.harness import system_packages
 
 PROVIDER = '/usr/lib/galera/libgalera_smm.so'
 MARIADBD = '/usr/sbin/mariadbd'

@@ -22,8 +22,8 @@ import pytest
 
 from cyborg.os_acc import objects
 from cyborg.os_acc.plugins import libvirt as libvirt_plugin
-from cyborg.tests import system_packages
 from cyborg.tests.conftest import unavailable
+from cyborg.tests.harness import system_packages
 
 URI = 'qemu:///system'
 QEMU = '/usr/bin/qemu-system-x86_64'

@@ -26,10 +26,10 @@ from cyborg.conductor import rpcapi
 from cyborg.db import api as db_api
 from cyborg.db import migration
 from cyborg.db import models
-from cyborg.tests import galera
 from cyborg.tests.fakes import nova as fake_nova
-from cyborg.tests.functional import bind_load
-from cyborg.tests.functional import gate_stack
+from cyborg.tests.harness import bind_load
+from cyborg.tests.harness import galera
+from cyborg.tests.harness import gate_stack
 
 ARQ = models.AcceleratorRequest
 AH = models.AttachHandle

@@ -3,7 +3,7 @@ driver tests."""
 import re
 
 from cyborg.common import device_report
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.harness.sysfs import SysfsTree
 
 HOST = 'cmp1'
 PROCESSING_ACCELERATOR = 0x120000

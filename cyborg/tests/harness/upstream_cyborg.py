@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from cyborg.tests import cached_venv
-from cyborg.tests.functional import gate_stack
+from cyborg.tests.harness import cached_venv
+from cyborg.tests.harness import gate_stack
 
 VERSION = '17.0.0'
 # Upstream's alembic head at VERSION.

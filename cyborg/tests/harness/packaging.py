@@ -22,7 +22,7 @@ import subprocess
 import sys
 
 import cyborg
-from cyborg.tests import cached_venv
+from cyborg.tests.harness import cached_venv
 
 ROOT = pathlib.Path(cyborg.__file__).resolve().parents[1]
 # What a tree outside git holds besides its sources.

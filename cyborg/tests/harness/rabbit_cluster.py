@@ -29,7 +29,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cyborg.tests.functional import gate_stack
+from cyborg.tests.harness import gate_stack
 
 # The package's scripts. /usr/sbin/rabbitmq-server and rabbitmqctl switch
 # to the rabbitmq user and its home, whose cookie is the machine broker's.

@@ -18,11 +18,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from cyborg.tests import upstream_cyborg
-from cyborg.tests import upstream_services
 from cyborg.tests.fakes import http
 from cyborg.tests.fakes import nova
-from cyborg.tests.placement_server import Placement
+from cyborg.tests.harness import upstream_cyborg
+from cyborg.tests.harness import upstream_services
+from cyborg.tests.harness.placement_server import Placement
 
 # Upstream's fake driver: one FPGA device per host with this many
 # attach handles, the FPGA resource class and this trait.

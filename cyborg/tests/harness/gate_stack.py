@@ -29,9 +29,9 @@ import pytest
 import requests
 from oslo_log import log
 
-from cyborg.tests import placement_server
 from cyborg.tests import utils
-from cyborg.tests.functional.clients import test_nova_client
+from cyborg.tests.harness import nova_side
+from cyborg.tests.harness import placement_server
 
 # Seconds a process gets to stop after SIGTERM before it is killed.
 STOP_TIMEOUT = 15
@@ -489,26 +489,16 @@ class Stack:
 
     # -- the clients --------------------------------------------------------
 
-    def nova_client(self) -> test_nova_client.NovaSide:
-        """Nova's own client in a child process (see test_nova_client),
+    def nova_client(self) -> nova_side.NovaSide:
+        """Nova's own client in a child process (see harness/nova_side),
         sending a service token as Nova does."""
-        from cyborg.tests.conftest import require_module
-        require_module('nova')
         config = write_conf(self.workdir / 'nova.conf', {
             'cyborg': {'endpoint_override': self.api_url, 'timeout': 30},
             'service_user': {'send_service_user_token': 'true',
                              'auth_type': 'admin_token',
                              'endpoint': self.api_url,
                              'token': 'nova-service-token'}})
-        stderr_path = self.workdir / 'nova-client.log'
-        with open(stderr_path, 'w') as stderr:
-            process = subprocess.Popen(
-                [sys.executable, '-m', test_nova_client.__name__,
-                 str(config)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=stderr, text=True,
-                env=dict(os.environ, PYTHONWARNINGS='ignore'))
-        return test_nova_client.NovaSide(process, str(stderr_path))
+        return nova_side.start(config, self.workdir / 'nova-client.log')
 
     def openstack(self, *args: str) -> str:
         """``openstack accelerator <args>`` with an admin token and no

@@ -21,10 +21,10 @@ from typing import Any
 
 import requests
 
-from cyborg.tests import cached_venv
-from cyborg.tests import upstream_cyborg
 from cyborg.tests.fakes import nova
-from cyborg.tests.functional import gate_stack
+from cyborg.tests.harness import cached_venv
+from cyborg.tests.harness import gate_stack
+from cyborg.tests.harness import upstream_cyborg
 
 START_TIMEOUT = 60
 BIND_TIMEOUT = 30

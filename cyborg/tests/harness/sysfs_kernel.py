@@ -1,9 +1,9 @@
-"""An emulated kernel for the fake sysfs trees of cyborg.tests.sysfs.
+"""An emulated kernel for the fake sysfs trees of cyborg.tests.harness.sysfs.
 
 The drivers change devices by writing sysfs files; on a fake tree those
 writes land in plain files and nothing follows. :class:`Kernel` watches a
-:class:`~cyborg.tests.sysfs.SysfsTree` and does what the kernel does for
-the writes of the device lifecycle:
+:class:`~cyborg.tests.harness.sysfs.SysfsTree` and does what the kernel
+does for the writes of the device lifecycle:
 
 * ``sriov_numvfs`` of a PF: creates the VFs (device directories with ids,
   ``physfn``, IOMMU group, the VF driver the PF's driver autoprobes) and
@@ -32,7 +32,7 @@ seconds (20 ms), in a thread (``start``/``stop`` or
 ``with Kernel(root):``) or, for tests whose agents are other processes,
 as a process of its own::
 
-    python -m cyborg.tests.sysfs_kernel <root> [--vf-driver ice=iavf]
+    python -m cyborg.tests.harness.sysfs_kernel <root> [--vf-driver ice=iavf]
 
 which exits on SIGTERM (:func:`spawn` starts one and waits until it
 polls).
@@ -52,7 +52,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-from cyborg.tests.sysfs import SysfsTree
+from cyborg.tests.harness.sysfs import SysfsTree
 
 LOG_NAME = 'kernel.log'
 READY_NAME = 'kernel.ready'
@@ -408,7 +408,8 @@ def spawn(root: str | os.PathLike[str], timeout: float = 30.0,
     once it polls. Stop it with ``terminate()`` (SIGTERM)."""
     ready = pathlib.Path(root) / READY_NAME
     ready.unlink(missing_ok=True)
-    argv = [sys.executable, '-m', 'cyborg.tests.sysfs_kernel', str(root)]
+    argv = [sys.executable, '-m', 'cyborg.tests.harness.sysfs_kernel',
+            str(root)]
     for pf_driver, vf_driver in (vf_drivers or {}).items():
         argv += ['--vf-driver', f'{pf_driver}={vf_driver}']
     process = subprocess.Popen(argv)

@@ -1,0 +1,1 @@
+"""Processes and emulations the tests drive: servers, clusters, hosts."""
