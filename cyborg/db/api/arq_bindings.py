@@ -19,10 +19,10 @@ from cyborg import context as cyborg_context
 from cyborg.common import exception
 from cyborg.db import models
 from cyborg.db.api import attach_handles
+from cyborg.db.api import bind_decision
 from cyborg.db.api import claims
 from cyborg.db.api import cleaning
 from cyborg.db.api import deployables
-from cyborg.db.api import layouts
 from cyborg.db.api import nova_events
 from cyborg.db.api import query
 from cyborg.db.api import retry_on_deadlock
@@ -105,48 +105,7 @@ BOUND_TO = ('BindStarted', 'Bound', 'BindFailed')
 _BINDING = ('hostname', 'device_rp_uuid', 'instance_uuid')
 
 
-def _programming_role(session: sa.orm.Session, deployable_id: int,
-                      bitstream: str | None, programming: dict[int, str]
-                      ) -> tuple[bool, bool, str | None]:
-    """Whether a bind wanting ``bitstream`` (or none) programs the
-    deployable, waits for the programming under way, or neither; and why
-    it cannot bind at all. Decided under the deployable's lock (see
-    ``deployables``), exclusive when the bind may program."""
-    state = deployables.lock(session, deployable_id,
-                             exclusive=bool(bitstream))
-    # A layout change takes the device under the deployables' exclusive
-    # locks (layouts.begin_layout): its handles are about to change.
-    layout_state = session.scalar(
-        sa.select(models.Device.layout_state)
-        .join(Dep, Dep.device_id == models.Device.id)
-        .where(Dep.id == deployable_id))
-    if layout_state == layouts.APPLYING:
-        return False, False, 'the device\'s layout is being changed'
-    if layout_state == layouts.PENDING:
-        return False, False, ('the device waits to be enabled with a new '
-                              'layout')
-    if deployable_id in programming:
-        if bitstream in (None, programming[deployable_id]):
-            return True, False, None
-        return False, False, (f'another request of this PATCH loads '
-                              f'bitstream {programming[deployable_id]} on '
-                              'the device')
-    if state.action is not None:
-        if bitstream in (None, state.action_bitstream_id):
-            return False, True, None
-        return False, False, (f'the device is being programmed with '
-                              f'bitstream {state.action_bitstream_id}')
-    if bitstream and bitstream != state.bitstream_id:
-        held = deployables.holders(session, deployable_id)
-        if held:
-            return False, False, (
-                f'bitstream {bitstream} cannot be loaded while accelerator '
-                f'request(s) {", ".join(held)} use the device')
-        return True, False, None
-    return False, False, None
-
-
-def _job(deployable: Any, handle: Any) -> dict[str, Any]:
+def _job(deployable: bind_decision.Target, handle: Any) -> dict[str, Any]:
     """What a worker needs to finish a bind on the device's host."""
     return {'host': deployable.host, 'deployable_id': deployable.id,
             'deployable_uuid': deployable.uuid,
@@ -161,29 +120,54 @@ def _job(deployable: Any, handle: Any) -> dict[str, Any]:
             'attach_info': json.loads(handle.attach_info)}
 
 
-def refusal(deployable: Any | None, hostname: str,
-            group: dict[str, Any]) -> str | None:
-    """Why a bind to ``deployable`` (the row read for the provider Nova
-    named, None when none has it) on ``hostname`` cannot be, from what was
-    read; None when nothing read so far stands in its way."""
-    if deployable is None:
-        return 'no deployable has this resource provider'
-    if deployable.hostname != hostname:
-        return f'the deployable is on {deployable.hostname}, not {hostname}'
-    if deployable.status != 'enabled':
-        return 'the device is disabled'
-    if deployable.driver_disabled_since is not None:
-        return (f'its driver {deployable.driver_name} is disabled on '
-                f'{deployable.host}')
-    if deployable.health == 'unhealthy':
-        # Placement reserves an unhealthy device's inventory, but a
-        # scheduler may have picked it just before.
-        why = deployable.health_reason
-        return 'the device is unhealthy' + (f': {why}' if why else '')
-    if group.get('accel:bitstream_id') and group.get('accel:function_id'):
-        return ('the profile names both accel:bitstream_id and '
-                'accel:function_id')
-    return None
+def _target(session: sa.orm.Session, rp_uuid: str
+            ) -> bind_decision.Target | None:
+    """The deployable behind resource provider ``rp_uuid``, with its
+    device and control path; None when none has it."""
+    row = session.execute(
+        sa.select(Dep.id, Dep.uuid, Dep.name, Dep.driver_name,
+                  Dep.driver_disabled_since, models.Device.hostname,
+                  models.Device.host,
+                  models.Device.status, models.Device.health,
+                  models.Device.health_reason,
+                  models.ControlpathID.cpid_type,
+                  models.ControlpathID.cpid_info)
+        .join(models.Device, models.Device.id == Dep.device_id)
+        .join(models.ControlpathID,
+              models.ControlpathID.device_id == models.Device.id)
+        .where(Dep.rp_uuid == rp_uuid)
+    ).first()
+    return None if row is None else bind_decision.Target._make(row)
+
+
+def _read(session: sa.orm.Session, read: bind_decision.BindRead,
+          need: bind_decision.Need,
+          find_bitstream: Callable[[str], str] | None) -> None:
+    """Read (or, for a handle, take) what ``decide`` needs next."""
+    assert read.target is not None  # decide() refuses a missing one
+    deployable_id = read.target.id
+    if need is bind_decision.Need.BITSTREAM:
+        read.looked_up = True
+        try:
+            if find_bitstream is None:
+                raise exception.BitstreamNotFound(
+                    reason='no image service to look functions up in')
+            read.bitstream = find_bitstream(read.group['accel:function_id'])
+        except exception.CyborgException as exc:
+            read.lookup_error = str(exc)
+    elif need is bind_decision.Need.LOCK:
+        # Exclusive when the bind may program (see ``deployables``).
+        read.state = deployables.lock(session, deployable_id,
+                                      exclusive=bool(read.bitstream))
+        read.layout_state = session.scalar(
+            sa.select(models.Device.layout_state)
+            .join(Dep, Dep.device_id == models.Device.id)
+            .where(Dep.id == deployable_id))
+    elif need is bind_decision.Need.HOLDERS:
+        read.holders = deployables.holders(session, deployable_id)
+    else:
+        read.taken = True
+        read.handle = attach_handles.take(session, deployable_id)
 
 
 def _bind(session: sa.orm.Session, uuid: str, binding: dict[str, Any],
@@ -198,42 +182,27 @@ def _bind(session: sa.orm.Session, uuid: str, binding: dict[str, Any],
     reprogrammed. ``find_bitstream`` turns an ``accel:function_id`` into
     the id of the image that provides it.
     """
-    deployable = session.execute(
-        sa.select(Dep.id, Dep.uuid, Dep.name, Dep.driver_name,
-                  Dep.driver_disabled_since, models.Device.hostname,
-                  models.Device.host,
-                  models.Device.status, models.Device.health,
-                  models.Device.health_reason,
-                  models.ControlpathID.cpid_type,
-                  models.ControlpathID.cpid_info)
-        .join(models.Device, models.Device.id == Dep.device_id)
-        .join(models.ControlpathID,
-              models.ControlpathID.device_id == models.Device.id)
-        .where(Dep.rp_uuid == binding['device_rp_uuid'])
-    ).first()
-    reason = refusal(deployable, binding['hostname'], group)
-    if reason is not None:
-        return reason
-    # refusal() names a missing deployable.
+    read = bind_decision.BindRead(
+        binding['hostname'], group,
+        _target(session, binding['device_rp_uuid']), programming,
+        bitstream=group.get('accel:bitstream_id'))
+    while isinstance(step := bind_decision.decide(read), bind_decision.Need):
+        _read(session, read, step, find_bitstream)
+    if isinstance(step, bind_decision.Refused):
+        return step.reason
+    _take(session, uuid, binding, read, step, batch, programming)
+    return None
+
+
+def _take(session: sa.orm.Session, uuid: str, binding: dict[str, Any],
+          read: bind_decision.BindRead, bind: bind_decision.Bind,
+          batch: BindBatch, programming: dict[int, str]) -> None:
+    """Make the bind ``decide`` allowed, with the handle it took: start
+    the programming it does (noted in the batch's ``programming``), and
+    move the ARQ to its state."""
+    deployable, handle, bitstream = read.target, read.handle, read.bitstream
     assert deployable is not None
-    bitstream = group.get('accel:bitstream_id')
-    function = group.get('accel:function_id')
-    if function:
-        try:
-            if find_bitstream is None:
-                raise exception.BitstreamNotFound(
-                    reason='no image service to look functions up in')
-            bitstream = find_bitstream(function)
-        except exception.CyborgException as exc:
-            return f'no image provides function {function}: {exc}'
-    program, waits, reason = _programming_role(
-        session, deployable.id, bitstream, programming)
-    if reason is not None:
-        return reason
-    handle = attach_handles.take(session, deployable.id)
-    if handle is None:
-        return 'the deployable has no free attach handle'
-    if program and deployable.id not in programming:
+    if bind.program and deployable.id not in programming:
         # A bind programs a deployable no other bind of the batch does
         # only when it has a bitstream to load.
         assert bitstream is not None
@@ -246,21 +215,20 @@ def _bind(session: sa.orm.Session, uuid: str, binding: dict[str, Any],
         'attach_handle_id': handle.id, 'deployable_id': deployable.id}
     if binding.get('project_id'):
         values['project_id'] = binding['project_id']
-    if (program or waits
+    if (bind.program or bind.waits
             or not attach_handles.instant(handle.attach_type,
                                           handle.attach_info)):
         values['state'] = 'BindStarted'
         batch.jobs.append(dict(
             _job(deployable, handle), arq_uuid=uuid,
             instance_uuid=binding['instance_uuid'],
-            bitstream_id=bitstream, program=program,
-            await_program=waits))
+            bitstream_id=bitstream, program=bind.program,
+            await_program=bind.waits))
     else:
         values['state'] = 'Bound'
     _transition(session, uuid, BINDABLE, 'binding', values)
     batch.states[uuid] = values['state']
     batch.instances[uuid] = binding['instance_uuid']
-    return None
 
 
 class Held(typing.NamedTuple):
@@ -324,7 +292,7 @@ def apply_in(session: sa.orm.Session, binds: dict[str, dict[str, Any]],
     A bind that cannot be made (its resource provider has no deployable
     on that host, its device is disabled, unhealthy, being changed or has
     no free attach handle, no image provides its function: see
-    ``refusal`` and ``_programming_role``) refuses the whole PATCH with
+    ``bind_decision.decide``) refuses the whole PATCH with
     BindRefused, naming each such bind and why, and nothing is written.
     A bind that needs the device's host (an FPGA to program, a vGPU to
     create) is left BindStarted with its handle taken, for the conductor

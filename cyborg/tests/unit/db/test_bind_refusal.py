@@ -3,7 +3,7 @@ import types
 
 import pytest
 
-from cyborg.db.api import arq_bindings
+from cyborg.db.api import bind_decision
 
 
 def _deployable(**changes):
@@ -28,19 +28,19 @@ def _deployable(**changes):
      'the profile names both accel:bitstream_id and accel:function_id'),
 ])
 def test_refusals(deployable, group, reason):
-    assert arq_bindings.refusal(deployable, 'node1', group) == reason
+    assert bind_decision.refusal(deployable, 'node1', group) == reason
 
 
 @pytest.mark.parametrize('health', ['healthy', 'degraded', 'unknown'])
 def test_a_device_that_serves_is_no_refusal(health):
     deployable = _deployable(health=health)
-    assert arq_bindings.refusal(deployable, 'node1', {}) is None
-    assert arq_bindings.refusal(deployable, 'node1',
-                                {'accel:function_id': 'f'}) is None
+    assert bind_decision.refusal(deployable, 'node1', {}) is None
+    assert bind_decision.refusal(deployable, 'node1',
+                                 {'accel:function_id': 'f'}) is None
 
 
 def test_a_disabled_device_elsewhere_is_named_by_its_host():
     # The first reason that stands is the answer: the host Nova named.
     deployable = _deployable(hostname='node2', status='disabled')
-    assert arq_bindings.refusal(deployable, 'node1', {}) == (
+    assert bind_decision.refusal(deployable, 'node1', {}) == (
         'the deployable is on node2, not node1')
