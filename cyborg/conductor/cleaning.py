@@ -1,7 +1,7 @@
 """Cleaning attach handles after use, through their hosts' agents.
 
 An unbind or delete that gives back a handle to clean commits it
-``cleaning`` (``cyborg.db.api.cleaning``); then a worker of the binder's
+``cleaning`` (``cyborg.db.api.cleaning``); then a worker of the conductor's
 pool asks the handle's agent to clean it (agent RPC 1.2 ``clean_handle``)
 and frees it, or holds it in maintenance with the agent's error. When the
 agent cannot be reached the handle stays ``cleaning``, and the periodic
@@ -16,13 +16,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import futurist
 import oslo_messaging as messaging
 from oslo_config import cfg
 from oslo_utils import timeutils
 
 from cyborg import context as cyborg_context
+from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import exception
-from cyborg.conductor import binding
 from cyborg.db.api import cleaning
 from cyborg.db.api import services
 
@@ -43,26 +44,46 @@ CLEAN_TIMEOUT = 600.0
 
 
 class Cleaner:
-    """Runs the cleans of handles given back, and retries those left."""
+    """Publishes the handles given back, runs the cleans of those to clean
+    in the worker pool, and retries those left."""
 
-    def __init__(self, conf: cfg.ConfigOpts, binder: binding.Binder,
+    def __init__(self, conf: cfg.ConfigOpts,
+                 executor: futurist.ThreadPoolExecutor,
+                 agent_api: Callable[[], agent_rpcapi.AgentAPI],
                  sync: Callable[[str], int],
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.conf = conf
-        self.binder = binder
+        self.executor = executor
+        self._agent_api = agent_api
         self.sync = sync
         self.clock = clock
         # Handle id -> (when this conductor may try again, the wait after
         # that): the backoff of handles whose agent did not answer here.
         self._backoff: dict[int, tuple[float, float]] = {}
 
+    def publish(self, context: cyborg_context.RequestContext,
+                handle_ids: list[int]) -> None:
+        """Write the placement of the hosts of these handles."""
+        for hostname in cleaning.hostnames(context, handle_ids):
+            self.sync(hostname)
+
+    def handles_returned(self, context: cyborg_context.RequestContext,
+                         handle_ids: list[int]) -> None:
+        """After the commit that confirmed these released handles'
+        device-side state gone: publish that placement no longer reserves
+        them, and clean those to clean after use."""
+        if not handle_ids:
+            return
+        self.publish(context, handle_ids)
+        self.start(handle_ids)
+
     def start(self, handle_ids: list[int]) -> None:
-        """After the commit that made ``handle_ids`` cleaning (the binder
-        has published their reservation): clean those ready in the worker
+        """After the commit that made ``handle_ids`` cleaning (their
+        reservation is published): clean those ready in the worker
         pool."""
         if not handle_ids:
             return
-        self.binder.executor.submit(self._clean_ready, handle_ids)
+        self.executor.submit(self._clean_ready, handle_ids)
 
     def _clean_ready(self, handle_ids: list[int]) -> None:
         context = cyborg_context.get_admin_context()
@@ -83,7 +104,7 @@ class Cleaner:
                           'waiting for the agent: its service is down')
             return 'waiting'
         try:
-            self.binder.agent_api.clean_handle(
+            self._agent_api().clean_handle(
                 context, handle['host'], handle['driver_name'],
                 handle['attach_type'], handle['attach_info'], handle['uuid'],
                 timeout=CLEAN_TIMEOUT)
@@ -159,7 +180,7 @@ class Cleaner:
             self.sync(hostname)
         LOG.info('Attach handle %s: cleaning again, as an operator asked.',
                  uuid)
-        self.binder.executor.submit(self._clean_ready, [handle['id']])
+        self.executor.submit(self._clean_ready, [handle['id']])
         return handle
 
     def release(self, context: cyborg_context.RequestContext, uuid: str

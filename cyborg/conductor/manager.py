@@ -1,19 +1,23 @@
 """Server side of the conductor RPC API."""
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
 
+import futurist
 import oslo_messaging as messaging
 from oslo_config import cfg
 from oslo_db import exception as db_exc
 
 from cyborg import context as cyborg_context
+from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import device_health
 from cyborg.common import device_report
 from cyborg.common import exception
 from cyborg.common import notifications
 from cyborg.conductor import binding
 from cyborg.conductor import cleaning
+from cyborg.conductor import device_side
 from cyborg.conductor import heartbeats
 from cyborg.conductor import host_drivers
 from cyborg.conductor import layouts
@@ -98,21 +102,27 @@ class ConductorManager:
 
     def __init__(self, conf: cfg.ConfigOpts,
                  placement: placement_sync.PlacementSync | None = None,
-                 binder: binding.Binder | None = None) -> None:
+                 agent_api: agent_rpcapi.AgentAPI | None = None) -> None:
         self.conf = conf
         if placement is None and placement_configured(conf):
             placement = placement_sync.PlacementSync(conf)
         self.placement = placement
-        self.binder = binder or binding.Binder(
-            conf, allocations=None if placement is None else
-            live_allocations.LiveAllocations(conf, placement.client))
-        self.cleaner = cleaning.Cleaner(conf, self.binder,
+        # Made on first use: a conductor's RPC transport exists by then.
+        self.agent_api: Callable[[], agent_rpcapi.AgentAPI] = (
+            functools.cache(functools.partial(agent_rpcapi.AgentAPI, conf))
+            if agent_api is None else lambda: agent_api)
+        # What binds, unbinds and deletes leave to do once committed.
+        workers = futurist.ThreadPoolExecutor(
+            max_workers=conf.conductor.bind_workers)
+        self.cleaner = cleaning.Cleaner(conf, workers, self.agent_api,
                                         self.sync_placement)
-        self.binder.clean = self.cleaner.start
-        self.binder.sync = self.sync_placement
-        # The agent client is the binder's, made at its first use.
-        self.layouts = layouts.DeviceLayouts(
-            conf, lambda: self.binder.agent_api, self.sync_placement)
+        self.binder = binding.Binder(
+            conf, workers, device_side.DeviceSide(
+                conf, workers, self.agent_api, self.cleaner),
+            allocations=None if placement is None else
+            live_allocations.LiveAllocations(conf, placement.client))
+        self.layouts = layouts.DeviceLayouts(conf, self.agent_api,
+                                             self.sync_placement)
         self.notifier = notifications.get_notifier(conf, 'cyborg-conductor')
         self.heartbeats = heartbeats.HeartbeatBatch()
         self.reports = reports.UnchangedReports()
@@ -403,7 +413,7 @@ class ConductorManager:
         # Until the agent has answered, the device's content is unknown.
         loaded: bool | None = False
         try:
-            self.binder.agent_api.program_fpga(
+            self.agent_api().program_fpga(
                 context, target['host'], target['cpid_info'],
                 target['name'], target['driver_name'], image_uuid,
                 timeout=float(self.conf.conductor.bind_timeout))
@@ -441,7 +451,7 @@ class ConductorManager:
             LOG.info('Host %s removed the mediated devices of %d released '
                      'attach handle(s); they are free (or cleaning, when '
                      'cleaned after use).', host, len(freed))
-        self.binder.handles_returned(context, freed)
+        self.cleaner.handles_returned(context, freed)
         return len(freed)
 
     # Attach handles cleaned after use (1.9).
@@ -469,7 +479,7 @@ class ConductorManager:
             raise exception.AgentDown(
                 host=host, last_seen=agent['last_seen_at'].isoformat(),
                 down_time=self.conf.service_down_time)
-        result = self.binder.agent_api.discover(
+        result = self.agent_api().discover(
             context, host, timeout=float(self.conf.rpc_response_timeout))
         LOG.debug('Host %s discovered on request: %s', host, result)
         return result
@@ -478,7 +488,7 @@ class ConductorManager:
 
     @property
     def _host_drivers(self) -> host_drivers.HostDrivers:
-        return host_drivers.HostDrivers(self.conf, self.binder.agent_api)
+        return host_drivers.HostDrivers(self.conf, self.agent_api())
 
     @messaging.expected_exceptions(exception.CyborgException)
     def host_drivers_list(self, context: cyborg_context.RequestContext,

@@ -21,7 +21,6 @@ from cyborg.agent import service as agent_service
 from cyborg.common import exception
 from cyborg.common import rpc
 from cyborg.common import rpc_service
-from cyborg.conductor import binding
 from cyborg.conductor import manager as conductor_manager
 from cyborg.conductor import nova_outbox
 from cyborg.conductor import rpcapi as conductor_rpcapi
@@ -340,7 +339,7 @@ def test_what_ends_an_owed_failure_first_wins(stack, fast_resends, caplog,
                  .where(models.AcceleratorRequest.uuid == arq)
                  .values(updated_at=timeutils.utcnow()
                          - datetime.timedelta(seconds=120)))
-        sweeper = binding.Binder(stack.conf)
+        sweeper = conductor_manager.ConductorManager(stack.conf).binder
         sweeper.fail_stale_binds()
         sweeper.stop()
     # The unbind or delete dropped the event owed in its transaction; the
@@ -350,7 +349,7 @@ def test_what_ends_an_owed_failure_first_wins(stack, fast_resends, caplog,
                           if e.arq_uuid == arq])
     sent = len(stack.nova.codes(arq))
     # A resend pass finds nothing of it to send.
-    resender = binding.Binder(stack.conf)
+    resender = conductor_manager.ConductorManager(stack.conf).binder
     resender.outbox.resend()
     resender.stop()
     assert len(stack.nova.codes(arq)) == sent
@@ -427,7 +426,7 @@ def test_binds_of_a_stopped_conductor_fail_after_the_timeout(stack):
         'hostname': stack.hostname, 'device_rp_uuid': rp,
         'instance_uuid': instance}}, [])
     assert batch.states == {arq['uuid']: 'BindStarted'}
-    binder = binding.Binder(stack.conf)
+    binder = conductor_manager.ConductorManager(stack.conf).binder
     binder.fail_stale_binds()
     assert arqs.get(ctx, arq['uuid'])['state'] == 'BindStarted'
     stack.conf.set_override('bind_timeout', 1, 'conductor')
@@ -475,7 +474,7 @@ def test_unbind_that_cannot_remove_the_mdev_keeps_the_handle(stack):
     _execute(stack, gpu.values(host=stack.conf.host))
     _execute(stack, sa.update(models.AttachHandle).values(
         released_at=timeutils.utcnow() - datetime.timedelta(hours=1)))
-    binder = binding.Binder(stack.conf)
+    binder = conductor_manager.ConductorManager(stack.conf).binder
     binder.fail_stale_binds()
     binder.stop()
     assert stack.driver.mdevs == {}

@@ -23,7 +23,7 @@ from cyborg.accelerator.drivers import fake
 from cyborg.agent import service as agent_service
 from cyborg.common import exception
 from cyborg.common import rpc
-from cyborg.conductor import binding
+from cyborg.conductor import manager as conductor_manager
 from cyborg.db import models
 from cyborg.db.api import arqs
 from cyborg.db.api import deployables
@@ -427,7 +427,7 @@ def test_a_conductor_killed_mid_bind_leaves_no_mdev_behind(races):
     races.api.arq_delete(races.ctx, uuids=gone)
     time.sleep(2 * races.conf.fake_driver.action_seconds)
     _travel_past_the_sweep(races)
-    sweeper = binding.Binder(races.conf)
+    sweeper = conductor_manager.ConductorManager(races.conf).binder
     try:
         sweeper.fail_stale_binds()
     finally:
@@ -562,7 +562,7 @@ def test_a_killed_conductor_does_not_leave_a_device_programming(races):
     for proc in races.procs:
         _kill(proc)
     _travel_past_the_sweep(races)
-    sweeper = binding.Binder(races.conf)
+    sweeper = conductor_manager.ConductorManager(races.conf).binder
     try:
         sweeper.fail_stale_binds()
         assert races.states()[arq] == 'BindFailed'

@@ -20,7 +20,6 @@ from oslo_utils import timeutils
 
 from cyborg import context as cyborg_context
 from cyborg.common import exception
-from cyborg.conductor import binding
 from cyborg.conductor import cleaning as conductor_cleaning
 from cyborg.conductor import manager as conductor_manager
 from cyborg.db import models
@@ -78,7 +77,7 @@ def conductor(conf, placement_url, db_engine, fake_nova, agent):
     placement_server.point_at(conf, placement_url)
     fixtures.nova_conf(conf, fake_nova)
     made = conductor_manager.ConductorManager(
-        conf, binder=binding.Binder(conf, agent_api=agent))
+        conf, agent_api=agent)
     yield made
     made.binder.stop()
 
@@ -230,7 +229,8 @@ def test_two_conductors_clean_once(conf, conductor, agent, placement, node,
     agent.mode = 'ok'
     agent.calls.clear()
     _age(db_engine)
-    other = conductor_cleaning.Cleaner(conf, conductor.binder,
+    other = conductor_cleaning.Cleaner(conf, conductor.binder.executor,
+                                       conductor.agent_api,
                                        conductor.sync_placement)
     start = threading.Barrier(2)
     results = []

@@ -25,7 +25,6 @@ from cyborg.agent import cache as agent_cache
 from cyborg.agent import manager as agent_manager
 from cyborg.agent import resource_tracker
 from cyborg.common import exception
-from cyborg.conductor import binding
 from cyborg.conductor import manager as conductor_manager
 from cyborg.db import api as db_api
 from cyborg.db import models
@@ -119,7 +118,7 @@ def stack(conf, placement_url, db_engine, node, tmp_path):
         cache=agent_cache.AgentCache(str(tmp_path / 'cache.json')))
     agent = EdgeAgent(agent_manager.AgentManager(conf, tracker, direct))
     conductor = conductor_manager.ConductorManager(
-        conf, binder=binding.Binder(conf, agent_api=agent))
+        conf, agent_api=agent)
     direct.conductor = conductor
     tracker.update(force=True)
     ctx = cyborg_context.get_admin_context()

@@ -25,7 +25,6 @@ from cyborg.agent import cache as agent_cache
 from cyborg.agent import manager as agent_manager
 from cyborg.agent import resource_tracker
 from cyborg.common import exception
-from cyborg.conductor import binding
 from cyborg.conductor import manager as conductor_manager
 from cyborg.db import models
 from cyborg.db.api import arqs
@@ -109,7 +108,7 @@ class Host:
         self.agent = EdgeAgent(
             agent_manager.AgentManager(conf, tracker, direct))
         self.conductor = conductor_manager.ConductorManager(
-            conf, binder=binding.Binder(conf, agent_api=self.agent))
+            conf, agent_api=self.agent)
         direct.conductor = self.conductor
         tracker.update(force=True)
         self.alive()

@@ -16,7 +16,7 @@ from cyborg.agent import metrics as agent_metrics
 from cyborg.common import device_health
 from cyborg.common import exception
 from cyborg.common import rpc
-from cyborg.conductor import binding
+from cyborg.conductor import manager as conductor_manager
 from cyborg.conductor import metrics as conductor_metrics
 from cyborg.conductor import service as conductor_service
 from cyborg.db.api import arqs
@@ -197,7 +197,8 @@ def test_conductor_serves_arq_counts_and_bind_durations(
     fixtures.nova_conf(conf, fake_nova)
     rps = _seed(conf)
     ctx = cyborg_context.get_admin_context()
-    binder = binding.Binder(conf, agent_api=SlowAgent())
+    binder = conductor_manager.ConductorManager(
+        conf, agent_api=SlowAgent()).binder
     conf.set_override('metrics_host', '127.0.0.1', 'conductor')
     conf.set_override('metrics_port', free_port(), 'conductor')
     metrics = conductor_metrics.ConductorMetrics(conf, binder.bind_durations)

@@ -24,7 +24,6 @@ from cyborg.accelerator.drivers import fake
 from cyborg.common import device_health
 from cyborg.common import exception
 from cyborg.common import notifications
-from cyborg.conductor import binding
 from cyborg.conductor import manager as conductor_manager
 from cyborg.db.api import arqs
 from cyborg.db.api import device_profiles
@@ -117,9 +116,10 @@ def listener(notifying):
 @pytest.fixture
 def manager(notifying, sqlite_engine, fake_nova):
     fixtures.nova_conf(notifying, fake_nova)
-    binder = binding.Binder(notifying, agent_api=FakeAgent())
-    yield conductor_manager.ConductorManager(notifying, binder=binder)
-    binder.stop()
+    made = conductor_manager.ConductorManager(notifying,
+                                              agent_api=FakeAgent())
+    yield made
+    made.binder.stop()
 
 
 def _report(conf: Any, devices: list[Any] | None = None) -> dict[str, Any]:
@@ -207,12 +207,12 @@ def test_every_event_is_sent_as_its_sample(manager, listener):
     # An operator programs the FPGA; then it fails to.
     deployable = fpga['deployables'][0]
     manager.deployable_program(ctx, deployable['uuid'], str(uuid.uuid4()))
-    manager.binder.agent_api.fail_program = True
+    manager.agent_api().fail_program = True
     with pytest.raises(messaging.ExpectedException) as failed:
         manager.deployable_program(ctx, deployable['uuid'],
                                    str(uuid.uuid4()))
     assert isinstance(failed.value.exc_info[1], exception.ProgramFailed)
-    manager.binder.agent_api.fail_program = False
+    manager.agent_api().fail_program = False
 
     # Requests: created, bound (instantly; by programming), refused with
     # their PATCH (no notification: nothing changed), failed on the host,
@@ -237,13 +237,13 @@ def test_every_event_is_sent_as_its_sample(manager, listener):
     assert isinstance(refused.value.exc_info[1], exception.BindRefused)
     manager.arq_apply_patch(ctx, {}, [first])
     manager.arq_delete(ctx, uuids=[first, second])
-    manager.binder.agent_api.fail_program = True
+    manager.agent_api().fail_program = True
     doomed = manager.arq_create(ctx, 'dp-bits', 'p1')[0]['uuid']
     manager.arq_apply_patch(ctx, {doomed: {
         'hostname': NODE, 'device_rp_uuid': deployable['rp_uuid'],
         'instance_uuid': str(uuid.uuid4())}}, [])
     wait_for(lambda: arqs.get(ctx, doomed)['state'] == 'BindFailed')
-    manager.binder.agent_api.fail_program = False
+    manager.agent_api().fail_program = False
     manager.arq_delete(ctx, uuids=[doomed])
     third = manager.arq_create(ctx, 'dp-bits', 'p1')[0]['uuid']
     manager.arq_apply_patch(ctx, {third: {
@@ -288,8 +288,8 @@ def test_a_broker_that_is_down_fails_nothing(notifying, sqlite_engine,
     notifying.set_override(
         'transport_url', f'rabbit://guest:guest@127.0.0.1:{_closed_port()}/',
         notifications.GROUP)
-    binder = binding.Binder(notifying, agent_api=FakeAgent())
-    manager = conductor_manager.ConductorManager(notifying, binder=binder)
+    manager = conductor_manager.ConductorManager(notifying,
+                                                 agent_api=FakeAgent())
     ctx = cyborg_context.get_admin_context()
     caplog.set_level(logging.DEBUG)
     started = time.monotonic()
@@ -305,7 +305,7 @@ def test_a_broker_that_is_down_fails_nothing(notifying, sqlite_engine,
             'instance_uuid': str(uuid.uuid4())}}, [])
         assert arqs.get(ctx, arq)['state'] == 'Bound'
     finally:
-        binder.stop()
+        manager.binder.stop()
     assert time.monotonic() - started < 10
     warnings = [r for r in caplog.records
                 if 'Notifications cannot be sent' in r.getMessage()]
