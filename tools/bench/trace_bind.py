@@ -9,8 +9,11 @@ two on a fake GPU (mdevs the agent creates, Bound in the background).
 From just before the PATCH until Nova has the events of all four, a
 profiler in every thread records each function called; the script prints
 how many distinct functions whose code is under ``cyborg/`` (but not
-``cyborg/tests``) ran, by package. Comprehensions are not counted (they
-are part of the function they are written in); lambdas are.
+``cyborg/tests``) ran, by package, and the longest chain of them on one
+thread's stack where a SQL statement or an RPC message leaves it, for the
+API and for the services (``--chains`` prints the chains).
+Comprehensions are not counted (they are part of the function they are
+written in); lambdas are.
 
     PYTHONPATH=$PWD .tox/py3/bin/python tools/bench/trace_bind.py [--list]
 
@@ -31,16 +34,41 @@ import cyborg
 
 ROOT = os.path.dirname(os.path.abspath(cyborg.__file__)) + os.sep
 TESTS = os.path.join(ROOT, 'tests') + os.sep
+API = os.path.join(ROOT, 'api') + os.sep
 COMPREHENSIONS = {'<listcomp>', '<dictcomp>', '<setcomp>', '<genexpr>'}
 ARQS_PER_DEVICE = 2
 
 _recording = False
 _seen: set[types.CodeType] = set()
+# Where a chain of cyborg's own frames ends: a statement sent to the
+# database (SQLAlchemy) or a call or cast to another service
+# (oslo.messaging's client).
+ENDS = {('_execute_context', 'base.py'), ('call', 'client.py'),
+        ('cast', 'client.py')}
+# The longest such chain on one thread's stack, for the API's threads and
+# for the others (the conductor's and the agent's).
+_deepest: dict[str, list[types.CodeType]] = {}
+
+
+def _chain(frame: types.FrameType | None) -> list[types.CodeType]:
+    chain = []
+    while frame is not None:
+        if _ours(frame.f_code):
+            chain.append(frame.f_code)
+        frame = frame.f_back
+    return chain[::-1]
 
 
 def _profile(frame: types.FrameType, event: str, arg: Any) -> None:
     if _recording and event == 'call':
         _seen.add(frame.f_code)
+        if (frame.f_code.co_name, os.path.basename(
+                frame.f_code.co_filename)) in ENDS:
+            chain = _chain(frame)
+            api = any(c.co_filename.startswith(API) for c in chain)
+            side = 'the API' if api else 'the services'
+            if len(chain) > len(_deepest.get(side, ())):
+                _deepest[side] = chain
 
 
 # Before any thread starts, so that every thread of the services is seen.
@@ -169,6 +197,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--list', action='store_true',
                         help='print each function crossed')
+    parser.add_argument('--chains', action='store_true',
+                        help='print the deepest chain of each side')
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as workdir:
         crossed = trace(workdir)
@@ -178,6 +208,13 @@ def main() -> None:
           f'of {2 * ARQS_PER_DEVICE} binds:')
     for package, count in sorted(by_package.items()):
         print(f'  {count:4d}  cyborg/{package}')
+    for side, chain in sorted(_deepest.items()):
+        print(f'{len(chain)} of cyborg\'s frames on a stack of {side} at '
+              f'its deepest SQL statement or RPC message')
+        if args.chains:
+            for code in chain:
+                print(f'    {code.co_filename[len(ROOT):]} '
+                      f'{code.co_qualname}')
     if args.list:
         for code in sorted(crossed, key=lambda c: (c.co_filename,
                                                    c.co_firstlineno)):
