@@ -61,7 +61,7 @@ def setup_app(conf: cfg.ConfigOpts) -> Callable[..., Any]:
         request_cls=Request)
     app = json_only.JsonOnly(app)
     app = encoding.Utf8Check(app)
-    app = routes.Routes(app, root.ROUTES, root.ADDED_IN)
+    app = routes.Routes(app, root.ROUTES)
     if conf.api.auth_strategy == 'keystone':
         app = auth.KeystoneAuth(app, {'oslo_config_config': conf})
     else:

@@ -1,6 +1,8 @@
-"""API microversions: the supported range and header negotiation."""
+"""API microversions: the list of them, the range and header negotiation."""
 import dataclasses
+import enum
 import re
+import typing
 from typing import Any
 
 SERVICE_TYPE = 'accelerator'
@@ -13,20 +15,52 @@ _ENVIRON_HEADER = 'HTTP_' + HEADER.upper().replace('-', '_')
 # asks for none.
 _PARSED = 'cyborg.api_version'
 
-# The history of every version, oldest first; see
-# doc/source/reference/api-version-history.rst.
-VERSIONS = (
-    (2, 0),  # initial version
-    (2, 1),  # /project_id op in the accelerator request PATCH
-    (2, 2),  # GET /device_profiles/{name}
-    (2, 3),  # status of devices
-    (2, 4),  # 400 instead of 500 for bad input; limit/marker pagination
-    (2, 5),  # GET /services, GET /drivers, POST /hosts/{host}/discover
-    (2, 6),  # device health, the impact of taking a device out
-    (2, 7),  # GET /capacity
-    (2, 8),  # the device lifecycle: drivers per host, layouts, cleaning
-    (2, 9),  # live attach and detach: binds to an instance with bound ARQs
-)
+
+class _Number(typing.NamedTuple):
+    major: int
+    minor: int
+
+
+@enum.unique
+class Microversion(_Number, enum.Enum):
+    """Every microversion, oldest first, named for what it added; see
+    doc/source/reference/api-version-history.rst.
+
+    The one list of them: the supported range, the version documents and
+    the headers follow the last; ``controllers.root.ROUTES`` names the
+    one each path appeared in; code compares a request's version with
+    them. A member is a ``(major, minor)`` tuple.
+    """
+
+    # device profiles, accelerator requests, devices, deployables and
+    # attributes
+    INITIAL = 2, 0
+    # the /project_id operation in the accelerator request PATCH
+    PROJECT_ID = 2, 1
+    # GET /device_profiles/{name}
+    PROFILE_BY_NAME = 2, 2
+    # the status of devices
+    DEVICE_STATUS = 2, 3
+    # 400s where 2.0-2.3 answered 500; limit/marker pagination
+    STRICT = 2, 4
+    # the operators' resources: GET /services, GET /drivers,
+    # POST /hosts/{host}/discover
+    OPERATOR = 2, 5
+    # device health, and the impact of taking a device out (a dry run)
+    HEALTH = 2, 6
+    # GET /capacity
+    CAPACITY = 2, 7
+    # the device lifecycle: drivers managed per host, device layouts,
+    # preparation and cleaning
+    LIFECYCLE = 2, 8
+    # live attach and detach: a PATCH may bind requests to an instance
+    # that has bound ones, and unbinding one that is not bound is a 409
+    LIVE_ATTACH = 2, 9
+
+
+# As plain tuples: what the headers, the version documents and the
+# clients' tests (which replace MAX_VERSION) read.
+VERSIONS = tuple((v.major, v.minor) for v in Microversion)
 MIN_VERSION = VERSIONS[0]
 MAX_VERSION = VERSIONS[-1]
 

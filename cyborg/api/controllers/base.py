@@ -16,26 +16,9 @@ from cyborg import context as cyborg_context
 from cyborg.api import policy
 from cyborg.api import schemas
 from cyborg.api.controllers import link
+from cyborg.api.versions import Microversion
 from cyborg.common import exception
 from cyborg.db.api import query
-
-# The first microversion with 400s where 2.0-2.3 answered 500, and with
-# limit/marker pagination.
-STRICT_VERSION = (2, 4)
-# The first microversion with the operators' resources: /services,
-# /drivers and /hosts/{host}/discover.
-OPERATOR_VERSION = (2, 5)
-# The first microversion with device health and the impact dry run.
-HEALTH_VERSION = (2, 6)
-# The first microversion with GET /capacity.
-CAPACITY_VERSION = (2, 7)
-# The first microversion of the device lifecycle: drivers managed per
-# host, device layouts, preparation and cleaning.
-LIFECYCLE_VERSION = (2, 8)
-# The first microversion of live attach and detach: a PATCH may bind
-# requests to an instance that has bound ones, and unbinding one that is
-# not bound is a 409.
-LIVE_ATTACH_VERSION = (2, 9)
 
 
 class JsonType(wtypes.UserType):
@@ -86,13 +69,13 @@ def allowed(action: str) -> bool:
     return policy.check(pecan.request.enforcer, context(), action)
 
 
-def version_at_least(major: int, minor: int) -> bool:
-    return pecan.request.version.at_least(major, minor)
+def version_at_least(version: Microversion) -> bool:
+    return pecan.request.version.at_least(version.major, version.minor)
 
 
 def strict() -> bool:
     """Whether this request gets 2.4's strict status codes."""
-    return version_at_least(*STRICT_VERSION)
+    return version_at_least(Microversion.STRICT)
 
 
 def legacy_error(message: str) -> exception.CyborgException:
@@ -100,12 +83,12 @@ def legacy_error(message: str) -> exception.CyborgException:
     return schemas.legacy_error(message, strict())
 
 
-def require_version(major: int, minor: int, feature: str) -> None:
-    if not version_at_least(major, minor):
+def require_version(version: Microversion, feature: str) -> None:
+    if not version_at_least(version):
+        number = f'{version.major}.{version.minor}'
         raise exception.NotAcceptable(
-            reason=f'{feature} needs microversion {major}.{minor} or later; '
-                   f'send "OpenStack-API-Version: accelerator '
-                   f'{major}.{minor}".')
+            reason=f'{feature} needs microversion {number} or later; '
+                   f'send "OpenStack-API-Version: accelerator {number}".')
 
 
 def path_uuid(value: str, resource: str) -> str:
@@ -189,7 +172,7 @@ class Field(wtypes.wsattr):
 
     def __init__(self, datatype: Any, *, source: str | None = None,
                  convert: Callable[[Any], Any] | None = None,
-                 since: tuple[int, int] | None = None,
+                 since: Microversion | None = None,
                  default: Any = wtypes.Unset) -> None:
         super().__init__(datatype, default=default)
         self.source = source
@@ -198,7 +181,7 @@ class Field(wtypes.wsattr):
 
     def value(self, values: Mapping[str, Any]) -> Any:
         """What ``values`` show in this attribute, or Unset."""
-        if self.since is not None and not version_at_least(*self.since):
+        if self.since is not None and not version_at_least(self.since):
             return wtypes.Unset
         key = self.source or self.key
         if self.default is not wtypes.Unset and key not in values:
@@ -264,7 +247,8 @@ class Page:
         self.marker: str | int | None = None
         if limit is None and marker is None:
             return
-        require_version(*STRICT_VERSION, feature='Pagination (limit, marker)')
+        require_version(Microversion.STRICT,
+                        feature='Pagination (limit, marker)')
         if limit is not None:
             self.limit = _integer(limit, 'limit')
             if self.limit < 1:

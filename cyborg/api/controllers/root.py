@@ -1,5 +1,5 @@
 """GET /: the list of API versions, readable without a token; the table
-of every path the API serves."""
+of every path the API serves, with its methods and microversion."""
 from typing import Any
 
 import pecan
@@ -9,51 +9,52 @@ from cyborg.api.controllers import v1
 from cyborg.api.controllers import v2
 from cyborg.api.controllers.version_doc import legacy_version_document
 from cyborg.api.controllers.version_doc import version_document
+from cyborg.api.versions import Microversion as V
 
-# Every path the API serves, with its methods; {name} is any one segment.
-# HEAD comes with GET, and OPTIONS with every path. The pipeline answers
-# 404, 405 and OPTIONS from this table (middleware.routes) before pecan
-# routes a request, so it names exactly what the controllers serve: what
-# the API reference documents, and test_hostile_input checks.
-ROUTES = {
-    '/': 'GET',
-    '/v1': 'GET',
-    '/v1/accelerators': 'GET',
-    '/v1/accelerators/{uuid}': 'GET',
-    '/v2': 'GET',
-    '/v2/accelerator_requests': 'GET POST PATCH DELETE',
-    '/v2/accelerator_requests/{uuid}': 'GET PATCH DELETE',
-    '/v2/attach_handles': 'GET',
-    '/v2/attach_handles/{uuid}/clean': 'POST',
-    '/v2/attach_handles/{uuid}/release': 'POST',
-    '/v2/attributes': 'GET POST DELETE',
-    '/v2/attributes/{uuid}': 'GET DELETE',
-    '/v2/capacity': 'GET',
-    '/v2/deployables': 'GET',
-    '/v2/deployables/{uuid}': 'GET',
-    '/v2/deployables/{uuid}/program': 'PATCH',
+# Every path the API serves: its methods, and the microversion that
+# added it (None for v1 and GET /, which have none); {name} is any one
+# segment. HEAD comes with GET, and OPTIONS with every path. The one
+# declaration of a route: the pipeline answers 404 (below its
+# microversion too), 405 with its Allow header and OPTIONS from it
+# (middleware.routes) before pecan routes a request, so it names exactly
+# what the controllers serve: what the API reference documents, and
+# test_hostile_input checks.
+ROUTES: dict[str, tuple[str, V | None]] = {
+    '/': ('GET', None),
+    '/v1': ('GET', None),
+    '/v1/accelerators': ('GET', None),
+    '/v1/accelerators/{uuid}': ('GET', None),
+    '/v2': ('GET', V.INITIAL),
+    '/v2/accelerator_requests': ('GET POST PATCH DELETE', V.INITIAL),
+    '/v2/accelerator_requests/{uuid}': ('GET PATCH DELETE', V.INITIAL),
+    '/v2/attach_handles': ('GET', V.LIFECYCLE),
+    '/v2/attach_handles/{uuid}/clean': ('POST', V.LIFECYCLE),
+    '/v2/attach_handles/{uuid}/release': ('POST', V.LIFECYCLE),
+    '/v2/attributes': ('GET POST DELETE', V.INITIAL),
+    '/v2/attributes/{uuid}': ('GET DELETE', V.INITIAL),
+    '/v2/capacity': ('GET', V.CAPACITY),
+    '/v2/deployables': ('GET', V.INITIAL),
+    '/v2/deployables/{uuid}': ('GET', V.INITIAL),
+    '/v2/deployables/{uuid}/program': ('PATCH', V.INITIAL),
     # As openstacksdk sends it, the uuid twice.
-    '/v2/deployables/{uuid}/program/{again}': 'PATCH',
-    '/v2/device_profiles': 'GET POST DELETE',
-    '/v2/device_profiles/{uuid_or_name}': 'GET DELETE',
-    '/v2/devices': 'GET',
-    '/v2/devices/{uuid}': 'GET',
-    '/v2/devices/{uuid}/disable': 'POST',
-    '/v2/devices/{uuid}/enable': 'POST',
-    '/v2/devices/{uuid}/health': 'PUT DELETE',
-    '/v2/devices/{uuid}/impact': 'GET',
-    '/v2/devices/{uuid}/layout': 'GET PUT DELETE',
-    '/v2/drivers': 'GET',
-    '/v2/hosts/{host}/discover': 'POST',
-    '/v2/hosts/{host}/drivers': 'GET',
-    '/v2/hosts/{host}/drivers/reload': 'POST',
-    '/v2/hosts/{host}/drivers/{name}/disable': 'POST',
-    '/v2/hosts/{host}/drivers/{name}/enable': 'POST',
-    '/v2/services': 'GET',
+    '/v2/deployables/{uuid}/program/{again}': ('PATCH', V.INITIAL),
+    '/v2/device_profiles': ('GET POST DELETE', V.INITIAL),
+    '/v2/device_profiles/{uuid_or_name}': ('GET DELETE', V.INITIAL),
+    '/v2/devices': ('GET', V.INITIAL),
+    '/v2/devices/{uuid}': ('GET', V.INITIAL),
+    '/v2/devices/{uuid}/disable': ('POST', V.INITIAL),
+    '/v2/devices/{uuid}/enable': ('POST', V.INITIAL),
+    '/v2/devices/{uuid}/health': ('PUT DELETE', V.HEALTH),
+    '/v2/devices/{uuid}/impact': ('GET', V.HEALTH),
+    '/v2/devices/{uuid}/layout': ('GET PUT DELETE', V.LIFECYCLE),
+    '/v2/drivers': ('GET', V.OPERATOR),
+    '/v2/hosts/{host}/discover': ('POST', V.OPERATOR),
+    '/v2/hosts/{host}/drivers': ('GET', V.LIFECYCLE),
+    '/v2/hosts/{host}/drivers/reload': ('POST', V.LIFECYCLE),
+    '/v2/hosts/{host}/drivers/{name}/disable': ('POST', V.LIFECYCLE),
+    '/v2/hosts/{host}/drivers/{name}/enable': ('POST', V.LIFECYCLE),
+    '/v2/services': ('GET', V.OPERATOR),
 }
-
-# The paths a later microversion added, with the paths below them.
-ADDED_IN = {f'/v2/{name}': version for name, version in v2.ADDED_IN.items()}
 
 
 class RootController(rest.RestController):

@@ -6,11 +6,12 @@ parameters included: POST /device_profiles/{uuid} reached the collection's
 POST, DELETE /accelerator_requests/{uuid}/a/b filled ?arqs= and
 ?instance=, and HEAD and OPTIONS were 405s. Here a request goes on to
 pecan only on a path of the table (``controllers.root.ROUTES``), at a
-microversion that has it, with one of its methods: any other gets a 404,
-or a 405 with the Allow header the table gives, which OPTIONS answers
-with. pecan's method override, a ``_method`` query parameter, is refused:
-the method a request is checked and served with is its own. ``Head``
-serves HEAD as GET without the body, wherever GET is served.
+microversion that has it (from the one the table names on), with one of
+its methods: any other gets a 404, or a 405 with the Allow header the
+table gives, which OPTIONS answers with. pecan's method override, a
+``_method`` query parameter, is refused: the method a request is checked
+and served with is its own. ``Head`` serves HEAD as GET without the body,
+wherever GET is served.
 """
 import urllib.parse
 from collections.abc import Callable
@@ -36,6 +37,8 @@ class Route:
 
     def __init__(self, template: str, methods: str,
                  added_in: tuple[int, int] | None) -> None:
+        """``added_in``: the microversion that added the path; None when
+        every request may reach it, one of v1 or of the first version."""
         self.template = template
         self.parts = template[1:].split('/')
         served = set(methods.split()) | {'OPTIONS'}
@@ -45,7 +48,9 @@ class Route:
         ordered = [m for m in _ORDER if m in served]
         self.allow = ', '.join(ordered)
         self.choice = f'{", ".join(ordered[:-1])} or {ordered[-1]}'
-        self.added_in = added_in
+        # A plain tuple, or None where no version needs to be read.
+        self.added_in = (tuple(added_in) if added_in is not None
+                         and added_in > versions.MIN_VERSION else None)
 
     def matches(self, segments: list[str]) -> bool:
         """Whether ``segments`` (as many as the template's) fill it."""
@@ -75,31 +80,17 @@ def _overrides_method(query: str) -> bool:
         query, keep_blank_values=True))
 
 
-def added_in_version(template: str,
-                     added_in: Mapping[str, tuple[int, int]]
-                     ) -> tuple[int, int] | None:
-    """The microversion that added ``template``: that of the longest
-    prefix of it in ``added_in`` (a path below a resource may come
-    later than the resource), None for a path of 2.0."""
-    prefixes = [prefix for prefix in added_in
-                if template == prefix or template.startswith(prefix + '/')]
-    return added_in[max(prefixes, key=len)] if prefixes else None
-
-
 class Routes:
-    """404, 405 and OPTIONS for the paths and methods of ``routes``.
+    """404, 405 and OPTIONS for the paths of ``routes``: path -> its
+    methods and the microversion that added it (below it, the path is
+    not found, whatever the method)."""
 
-    ``added_in`` maps a path, and the paths below it, to the microversion
-    that added them: below it, they are not found, whatever the method.
-    """
-
-    def __init__(self, app: WSGIApp, routes: Mapping[str, str],
-                 added_in: Mapping[str, tuple[int, int]]) -> None:
+    def __init__(self, app: WSGIApp, routes: Mapping[
+            str, tuple[str, tuple[int, int] | None]]) -> None:
         self.app = app
         self._routes: dict[tuple[int, str, str], list[Route]] = {}
-        for template, methods in routes.items():
-            version = added_in_version(template, added_in)
-            route = Route(template, methods, version)
+        for template, (methods, added_in) in routes.items():
+            route = Route(template, methods, added_in)
             self._routes.setdefault(_key(route.parts), []).append(route)
 
     def match(self, path: str) -> Route | None:

@@ -23,3 +23,13 @@ def test_a_bad_header_is_refused_to_every_reader():
         with pytest.raises(versions.InvalidVersion,
                            match='Version 2.99 was requested'):
             versions.requested(environ)
+
+
+def test_the_list_is_the_microversions_in_order():
+    named = list(versions.Microversion)
+    assert named == sorted(named)
+    assert [tuple(v) for v in named] == list(versions.VERSIONS)
+    assert versions.MIN_VERSION == (2, 0)
+    assert versions.MAX_VERSION == tuple(named[-1])
+    # One step of the minor version each: none is skipped.
+    assert [v.minor for v in named] == list(range(len(named)))

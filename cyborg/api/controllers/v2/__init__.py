@@ -4,7 +4,6 @@ from typing import Any
 import pecan
 from pecan import rest
 
-from cyborg.api.controllers import base
 from cyborg.api.controllers.v2 import arqs
 from cyborg.api.controllers.v2 import attach_handles
 from cyborg.api.controllers.v2 import attributes
@@ -17,20 +16,6 @@ from cyborg.api.controllers.v2 import hosts
 from cyborg.api.controllers.v2 import services
 from cyborg.api.controllers.version_doc import version_document
 
-# Resources, or paths of a resource, added by a later microversion, and
-# that microversion: below it, every such path is a 404 (see root.ROUTES).
-# The longest prefix of a path counts (hosts/{host}/drivers is 2.8 where
-# hosts is 2.5).
-ADDED_IN = {'services': base.OPERATOR_VERSION,
-            'drivers': base.OPERATOR_VERSION,
-            'hosts': base.OPERATOR_VERSION,
-            'devices/{uuid}/health': base.HEALTH_VERSION,
-            'devices/{uuid}/impact': base.HEALTH_VERSION,
-            'devices/{uuid}/layout': base.LIFECYCLE_VERSION,
-            'capacity': base.CAPACITY_VERSION,
-            'hosts/{host}/drivers': base.LIFECYCLE_VERSION,
-            'attach_handles': base.LIFECYCLE_VERSION}
-
 
 class V2Controller(rest.RestController):
 
@@ -39,7 +24,7 @@ class V2Controller(rest.RestController):
     devices = devices.DevicesController()
     deployables = deployables.DeployablesController()
     attributes = attributes.AttributesController()
-    # See ADDED_IN.
+    # From a later microversion: root.ROUTES says which.
     services = services.ServicesController()
     drivers = drivers.DriversController()
     hosts = hosts.HostsController()

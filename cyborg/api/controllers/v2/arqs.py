@@ -13,6 +13,7 @@ from cyborg.api import schemas
 from cyborg.api.controllers import base
 from cyborg.api.expose import expose
 from cyborg.api.schemas import arqs as schema
+from cyborg.api.versions import Microversion
 from cyborg.common import exception
 from cyborg.db.api import arqs as arq_db
 
@@ -137,7 +138,8 @@ class ARQsController(rest.RestController):
         ctx = base.authorize('cyborg:arq:update')
         binds, unbinds = schema.validate_patch(body, uuid)
         if any('project_id' in b for b in binds.values()):
-            base.require_version(2, 1, 'The /project_id operation')
+            base.require_version(Microversion.PROJECT_ID,
+                                 'The /project_id operation')
             base.authorize('cyborg:arq:set_project')
         _require_service_token(ctx)
         project = _project_scope(ctx)
@@ -150,7 +152,7 @@ class ARQsController(rest.RestController):
             arq_db.get_by_uuids(ctx, list(binds) + unbinds, project)
         pecan.request.conductor_api.arq_apply_patch(
             ctx, binds, unbinds,
-            live=base.version_at_least(*base.LIVE_ATTACH_VERSION))
+            live=base.version_at_least(Microversion.LIVE_ATTACH))
 
     @expose(None, wtypes.text, wtypes.text, wtypes.text,
             status_code=HTTPStatus.NO_CONTENT)

@@ -10,6 +10,7 @@ from cyborg.api import schemas
 from cyborg.api.controllers import base
 from cyborg.api.expose import expose
 from cyborg.api.schemas import device_profiles as schema
+from cyborg.api.versions import Microversion
 from cyborg.common import exception
 from cyborg.db.api import device_profiles
 
@@ -78,7 +79,8 @@ class DeviceProfilesController(rest.RestController):
         if uuid is not None:
             found = device_profiles.get(ctx, uuid=uuid)
         else:
-            base.require_version(2, 2, 'Showing a device profile by name')
+            base.require_version(Microversion.PROFILE_BY_NAME,
+                                 'Showing a device profile by name')
             found = device_profiles.get(ctx, name=uuid_or_name)
         return DeviceProfileEnvelope(
             device_profile=DeviceProfile.from_dict(found))

@@ -10,12 +10,10 @@ from wsme import types as wtypes
 from cyborg.api.controllers import base
 from cyborg.api.expose import expose
 from cyborg.api.schemas import devices as schema
+from cyborg.api.versions import Microversion
 from cyborg.common import device_layout
 from cyborg.common import exception
 from cyborg.db.api import devices
-
-# Microversion that added ``status``.
-STATUS_VERSION = (2, 3)
 
 
 class Device(base.Resource):
@@ -30,21 +28,21 @@ class Device(base.Resource):
     std_board_info = wtypes.text
     vendor_board_info = wtypes.text
     hostname = wtypes.text
-    status = base.Field(wtypes.text, since=STATUS_VERSION)
+    status = base.Field(wtypes.text, since=Microversion.DEVICE_STATUS)
     # healthy, degraded, unhealthy or unknown; why; who set it (the
     # agent, or an operator until cleared); when it last changed.
-    health = base.Field(wtypes.text, since=base.HEALTH_VERSION)
-    health_reason = base.Field(wtypes.text, since=base.HEALTH_VERSION)
-    health_source = base.Field(wtypes.text, since=base.HEALTH_VERSION)
-    health_changed_at = base.Field(wtypes.text, since=base.HEALTH_VERSION,
+    health = base.Field(wtypes.text, since=Microversion.HEALTH)
+    health_reason = base.Field(wtypes.text, since=Microversion.HEALTH)
+    health_source = base.Field(wtypes.text, since=Microversion.HEALTH)
+    health_changed_at = base.Field(wtypes.text, since=Microversion.HEALTH,
                                    convert=base.timestamp)
     # Why a device is in ``error`` (its preparation failed); the desired
     # layout, how far its agent got applying it, and why it failed.
-    status_reason = base.Field(wtypes.text, since=base.LIFECYCLE_VERSION)
-    layout = base.Field(base.jsontype, since=base.LIFECYCLE_VERSION)
-    layout_state = base.Field(wtypes.text, since=base.LIFECYCLE_VERSION)
-    layout_reason = base.Field(wtypes.text, since=base.LIFECYCLE_VERSION)
-    layout_changed_at = base.Field(wtypes.text, since=base.LIFECYCLE_VERSION,
+    status_reason = base.Field(wtypes.text, since=Microversion.LIFECYCLE)
+    layout = base.Field(base.jsontype, since=Microversion.LIFECYCLE)
+    layout_state = base.Field(wtypes.text, since=Microversion.LIFECYCLE)
+    layout_reason = base.Field(wtypes.text, since=Microversion.LIFECYCLE)
+    layout_changed_at = base.Field(wtypes.text, since=Microversion.LIFECYCLE,
                                    convert=base.timestamp)
     links = base.links_field('v2', 'devices')
     created_at = base.timestamp_field()
@@ -119,7 +117,7 @@ class DevicesController(rest.RestController):
                 marker: str | None = None) -> DeviceCollection:
         ctx = base.authorize('cyborg:device:get_all')
         if health is not None:
-            base.require_version(*base.HEALTH_VERSION,
+            base.require_version(Microversion.HEALTH,
                                  feature='The health filter')
         health = schema.health_filter(health)
         page = base.Page(limit, marker)
@@ -155,7 +153,7 @@ class DevicesController(rest.RestController):
             pecan.request.conductor_api.device_enable(
                 ctx, base.path_uuid(uuid, 'Device'))
         except exception.PrepareFailed:
-            if base.version_at_least(*base.LIFECYCLE_VERSION):
+            if base.version_at_least(Microversion.LIFECYCLE):
                 raise
         _empty_200()
 

@@ -6,6 +6,7 @@ from wsme import types as wtypes
 from cyborg.api import schemas
 from cyborg.api.controllers import base
 from cyborg.api.expose import expose
+from cyborg.api.versions import Microversion
 from cyborg.common import exception
 from cyborg.db import models
 from cyborg.db.api import drivers
@@ -35,7 +36,7 @@ class Driver(base.Resource):
     since = base.timestamp_field()
     # The version of the package the agent loaded the driver from (2.8;
     # null until an agent of 2.8 reported it).
-    version = base.Field(wtypes.text, since=base.LIFECYCLE_VERSION)
+    version = base.Field(wtypes.text, since=Microversion.LIFECYCLE)
     # 'up' or 'down' (no heartbeat for [DEFAULT] service_down_time: the
     # state is the last one the agent reported); null when no agent of
     # the host ever registered.
