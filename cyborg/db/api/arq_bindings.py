@@ -24,6 +24,7 @@ from cyborg.db.api import claims
 from cyborg.db.api import cleaning
 from cyborg.db.api import deployables
 from cyborg.db.api import nova_events
+from cyborg.db.api import patch_decision
 from cyborg.db.api import query
 from cyborg.db.api import retry_on_deadlock
 from cyborg.db.api import writer
@@ -33,11 +34,6 @@ LOG = logging.getLogger(__name__)
 ARQ = models.AcceleratorRequest
 AH = models.AttachHandle
 Dep = models.Deployable
-
-BINDABLE = ('Initial', 'Unbound')
-UNBINDABLE = ('Initial', 'BindStarted', 'Bound', 'BindFailed',
-              'UnbindFailed', 'Unbound')
-
 
 def _transition(session: sa.orm.Session, uuid: str, sources: tuple[str, ...],
                 action: str, values: dict[str, Any]) -> None:
@@ -96,13 +92,6 @@ class BindBatch:
         """ARQ uuid -> state of the binds that ended in this PATCH."""
         return {u: s for u, s in self.states.items()
                 if s in ('Bound', 'BindFailed') and u not in self.repeated}
-
-
-# States in which an ARQ keeps the binding it was given; a bind sent again
-# with that same binding changes nothing (Nova retries a PATCH that timed
-# out, whether or not it was applied).
-BOUND_TO = ('BindStarted', 'Bound', 'BindFailed')
-_BINDING = ('hostname', 'device_rp_uuid', 'instance_uuid')
 
 
 def _job(deployable: bind_decision.Target, handle: Any) -> dict[str, Any]:
@@ -226,7 +215,7 @@ def _take(session: sa.orm.Session, uuid: str, binding: dict[str, Any],
             await_program=bind.waits))
     else:
         values['state'] = 'Bound'
-    _transition(session, uuid, BINDABLE, 'binding', values)
+    _transition(session, uuid, patch_decision.BINDABLE, 'binding', values)
     batch.states[uuid] = values['state']
     batch.instances[uuid] = binding['instance_uuid']
 
@@ -287,95 +276,76 @@ def apply_patch(context: cyborg_context.RequestContext,
 def apply_in(session: sa.orm.Session, binds: dict[str, dict[str, Any]],
              unbinds: list[str], find_bitstream: Callable[[str], str] | None,
              live: bool) -> BindBatch:
-    """Bind and unbind, in the caller's transaction.
+    """Bind and unbind, in the caller's transaction: read the requests
+    named, locked; decide what the PATCH does (``patch_decision.plan``,
+    which says the rules); unbind; take the instances' claims; bind.
 
-    A bind that cannot be made (its resource provider has no deployable
-    on that host, its device is disabled, unhealthy, being changed or has
-    no free attach handle, no image provides its function: see
-    ``bind_decision.decide``) refuses the whole PATCH with
-    BindRefused, naming each such bind and why, and nothing is written.
-    A bind that needs the device's host (an FPGA to program, a vGPU to
-    create) is left BindStarted with its handle taken, for the conductor
-    to finish.
-    A bind sent again as it was applied changes nothing. An instance gets
-    requests bound in one PATCH only (its claim, see ``claims.take``), unless
-    ``live`` (microversion 2.9): then binds may join the requests its claim
-    holds, as ``claims.join`` allows, an ARQ bound elsewhere is a Conflict
-    naming its binding, and so is an unbind of an ARQ never bound
-    (Initial); an unbind of one already Unbound changes nothing.
-
-    Every unbind ends Unbound; one holding an mdev releases it (see
-    ``attach_handles.release``): the caller has it removed on its host.
+    A bind that cannot be made (see ``bind_decision.decide``) refuses the
+    whole PATCH with BindRefused, naming each such bind and why, and
+    nothing is written. A bind that needs the device's host (an FPGA to
+    program, a vGPU to create) is left BindStarted with its handle taken,
+    for the conductor to finish. Every unbind ends Unbound; one holding
+    an mdev releases it (see ``attach_handles.release``): the caller has
+    it removed on its host.
     """
-    uuids = list(binds) + list(unbinds)
-    found = {row.uuid: row for row in held(session, ARQ.uuid.in_(uuids))}
-    missing = set(uuids) - set(found)
-    if missing:
-        raise exception.ARQNotFound(uuids=', '.join(sorted(missing)))
-    batch = BindBatch()
-    binds = dict(binds)
-    for uuid, binding in list(binds.items()):
-        row = found[uuid]
-        if row.state in BOUND_TO and all(
-                getattr(row, k) == binding[k] for k in _BINDING):
-            batch.states[uuid] = row.state
-            batch.repeated.add(uuid)
-            del binds[uuid]
-        elif live and row.state not in BINDABLE:
-            raise exception.Conflict(
-                reason=f'Accelerator request {uuid} is {row.state}, bound '
-                       f'to instance {row.instance_uuid} on host '
-                       f'{row.hostname}. Unbind it first (a PATCH of '
-                       '"remove" operations) to bind it elsewhere.')
-    if live:
-        for uuid in unbinds:
-            if found[uuid].state == 'Initial':
-                raise exception.Conflict(
-                    reason=f'Accelerator request {uuid} is Initial: it is '
-                           'bound to no instance, so there is nothing to '
-                           'unbind. Leave it out of the PATCH.')
-        # An unbind sent again (a PATCH whose answer was lost) finds its
-        # request Unbound: it changes nothing, as a bind sent again does,
-        # and announces nothing a second time.
-        again = [u for u in unbinds if found[u].state == 'Unbound']
-        batch.repeated.update(again)
-        unbinds = [u for u in unbinds if u not in again]
-    going = []
+    found = {row.uuid: row
+             for row in held(session, ARQ.uuid.in_([*binds, *unbinds]))}
+    plan = patch_decision.plan(found, binds, unbinds, live)
+    if plan.refused is not None:
+        raise plan.refused
+    batch = BindBatch(states=dict(plan.same),
+                      repeated={*plan.same, *plan.again})
+    _unbind(session, plan.unbinds, found, batch)
+    _claim(session, plan.binds, live)
+    if plan.stuck is not None:
+        raise plan.stuck
+    _bind_all(session, plan.binds, found, batch, find_bitstream)
+    batch.owed = nova_events.owe(session, [
+        (uuid, batch.instances[uuid], nova_events.COMPLETED, None)
+        for uuid in sorted(batch.resolved)])
+    return batch
+
+
+def _unbind(session: sa.orm.Session, unbinds: list[str],
+            found: dict[str, Held], batch: BindBatch) -> None:
+    """Unbind ``unbinds``, give back their handles, forget the events
+    they were owed and drop the claims no request holds any more."""
     for uuid in unbinds:
-        _transition(session, uuid, UNBINDABLE, 'unbinding', UNBOUND)
+        _transition(session, uuid, patch_decision.UNBINDABLE, 'unbinding',
+                    UNBOUND)
         batch.states[uuid] = 'Unbound'
         batch.unbound[uuid] = found[uuid]
-        going.append(found[uuid])
-    batch.released = attach_handles.release(session, going,
-                                            cleaned=batch.cleaning)
+    batch.released = attach_handles.release(
+        session, [found[uuid] for uuid in unbinds], cleaned=batch.cleaning)
     # An unbound request is owed nothing any more, whatever was pending.
     nova_events.forget(session, unbinds)
     claims.drop(session, {found[u].instance_uuid for u in unbinds})
+
+
+def _claim(session: sa.orm.Session, binds: dict[str, dict[str, Any]],
+           live: bool) -> None:
+    """Take the claim of each instance ``binds`` bind to, or join it
+    (``patch_decision.claim``)."""
     for instance in sorted({b['instance_uuid'] for b in binds.values()}):
-        if not claims.take(session, instance):
-            if live:
-                claims.join(session, instance, BOUND_TO, {
-                    u: b for u, b in binds.items()
-                    if b['instance_uuid'] == instance})
-                continue
-            # The claim may be another project's, whose requests must never
-            # share a server with the caller's: refused, with the answer
-            # the caller gets for its own instance, naming nothing but
-            # what it sent.
-            raise exception.Invalid(
-                reason=f'Cannot bind accelerator requests to instance '
-                       f'{instance}: bind all of an instance\'s accelerator '
-                       'requests in one PATCH.')
-    # Taking handles deployable by deployable, in one order for every
-    # transaction, keeps concurrent batches from locking in a cycle.
-    for uuid in binds:
-        if found[uuid].state not in BINDABLE:
-            # What is bound stays so: that, not the device, is the answer.
-            raise exception.ARQBadState(uuid=uuid, state=found[uuid].state,
-                                        action='binding',
-                                        expected=', '.join(BINDABLE))
+        step = patch_decision.claim(instance, claims.take(session, instance),
+                                    live)
+        if step is patch_decision.Claim.JOIN:
+            claims.join(session, instance, patch_decision.BOUND_TO, {
+                u: b for u, b in binds.items()
+                if b['instance_uuid'] == instance})
+        elif isinstance(step, exception.CyborgException):
+            raise step
+
+
+def _bind_all(session: sa.orm.Session, binds: dict[str, dict[str, Any]],
+              found: dict[str, Held], batch: BindBatch,
+              find_bitstream: Callable[[str], str] | None) -> None:
+    """Make every bind (see ``_bind``); BindRefused naming each that
+    cannot be made."""
     programming: dict[int, str] = {}
     refusals: dict[str, str] = {}
+    # Taking handles deployable by deployable, in one order for every
+    # transaction, keeps concurrent batches from locking in a cycle.
     for uuid, binding in sorted(
             binds.items(), key=lambda item: (item[1]['device_rp_uuid'],
                                              item[0])):
@@ -390,10 +360,6 @@ def apply_in(session: sa.orm.Session, binds: dict[str, dict[str, Any]],
         # Every bind is still tried, so that the answer names each one
         # that cannot be; raising rolls back what the others took.
         raise exception.BindRefused.of(refusals)
-    batch.owed = nova_events.owe(session, [
-        (uuid, batch.instances[uuid], nova_events.COMPLETED, None)
-        for uuid in sorted(batch.resolved)])
-    return batch
 
 
 @retry_on_deadlock
