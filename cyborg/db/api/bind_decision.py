@@ -1,8 +1,11 @@
-"""Whether and how one bind can be made, decided from what was read.
+"""Whether and how one bind can be made, and how it ends, decided from
+what was read.
 
 Nothing here reads or writes: ``arq_bindings`` reads what ``decide`` asks
 for (``Need``), one step at a time, and takes what it decides. A refusal
 is a value (``Refused``), its reason the words the 409 says of that bind.
+``bind_ends`` reads the requests a worker finished and writes what
+``ends`` decides of them.
 """
 import dataclasses
 import datetime
@@ -12,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cyborg.db.api import layouts
+from cyborg.db.api import nova_events
 
 # Why a bind is refused when every rule let it through but no handle was
 # free to take.
@@ -172,3 +176,43 @@ def _role(read: BindRead) -> Refused | Bind | Need:
                 f'request(s) {", ".join(read.holders)} use the device')
         return Bind(program=True, waits=False)
     return Bind(program=False, waits=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Ends:
+    """How the binds a worker finished end."""
+
+    # The requests still BindStarted with the handle their job took (one
+    # unbound or deleted meanwhile, maybe bound again, is left alone).
+    started: dict[str, Any]
+    # Those that end Bound, and those that failed.
+    bound: list[str]
+    lost: list[str]
+    # The state a failure ends in.
+    lost_state: str
+    # Each one's new state, and the event (ARQ uuid, instance, status,
+    # reason) owed to Nova for it.
+    states: dict[str, str]
+    events: list[tuple[str, str | None, str, str | None]]
+
+
+def ends(succeeded: list[dict[str, Any]], failed: list[dict[str, Any]],
+         read: list[Any], owed: bool, reasons: Mapping[str, str]) -> Ends:
+    """How the binds of the jobs ``succeeded`` and ``failed`` end, given
+    the requests ``read`` of theirs still BindStarted (with ``uuid``,
+    ``handle_id`` and ``instance_uuid``): a failure still ``owed`` to Nova
+    stays BindStarted (see ``bind_ends``), else ends BindFailed."""
+    handles = {j['arq_uuid']: j['attach_handle_id']
+               for j in [*succeeded, *failed]}
+    started = {row.uuid: row for row in read
+               if row.handle_id == handles[row.uuid]}
+    bound = [j['arq_uuid'] for j in succeeded if j['arq_uuid'] in started]
+    lost = [j['arq_uuid'] for j in failed if j['arq_uuid'] in started]
+    lost_state = 'BindStarted' if owed else 'BindFailed'
+    states = {**dict.fromkeys(bound, 'Bound'),
+              **dict.fromkeys(lost, lost_state)}
+    events = [(uuid, started[uuid].instance_uuid,
+               nova_events.COMPLETED if state == 'Bound'
+               else nova_events.FAILED, reasons.get(uuid))
+              for uuid, state in sorted(states.items())]
+    return Ends(started, bound, lost, lost_state, states, events)

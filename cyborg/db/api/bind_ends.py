@@ -19,6 +19,7 @@ from cyborg import context as cyborg_context
 from cyborg.db import models
 from cyborg.db.api import arq_bindings
 from cyborg.db.api import attach_handles
+from cyborg.db.api import bind_decision
 from cyborg.db.api import deployables
 from cyborg.db.api import nova_events
 from cyborg.db.api import reader
@@ -63,34 +64,30 @@ def finish_binds(context: cyborg_context.RequestContext,
     for deployable_id, (bitstream, loaded) in (programs or {}).items():
         deployables.end_programming(session, deployable_id, bitstream,
                                     loaded)
-    jobs = {j['arq_uuid']: j for j in [*succeeded, *failed]}
-    if not jobs:
+    uuids = list(dict.fromkeys(j['arq_uuid'] for j in [*succeeded, *failed]))
+    if not uuids:
         return Ended({}, [])
-    started = {row.uuid: row for row in arq_bindings.held(session, sa.and_(
-        ARQ.uuid.in_(list(jobs)), ARQ.state == 'BindStarted'))
-        if row.handle_id == jobs[row.uuid]['attach_handle_id']}
-    ended: dict[str, str] = {}
-    bound = [j['arq_uuid'] for j in succeeded if j['arq_uuid'] in started]
-    if bound:
+    end = bind_decision.ends(succeeded, failed, arq_bindings.held(
+        session, sa.and_(ARQ.uuid.in_(uuids), ARQ.state == 'BindStarted')),
+        owed, reasons or {})
+    _end(session, end)
+    return Ended(end.states, nova_events.owe(session, end.events))
+
+
+def _end(session: sa.orm.Session, end: bind_decision.Ends) -> None:
+    """End the binds as ``end`` says: Bound, or failed with their handles
+    given back."""
+    if end.bound:
         session.execute(sa.update(ARQ).where(
-            ARQ.uuid.in_(bound), ARQ.state == 'BindStarted')
+            ARQ.uuid.in_(end.bound), ARQ.state == 'BindStarted')
             .values(state='Bound'))
-        ended.update(dict.fromkeys(bound, 'Bound'))
-    lost = [j['arq_uuid'] for j in failed if j['arq_uuid'] in started]
-    if lost:
+    if end.lost:
         # The worker removes what it may have made: not this caller's.
-        attach_handles.release(session, [started[u] for u in lost])
-        state = 'BindStarted' if owed else 'BindFailed'
+        attach_handles.release(session, [end.started[u] for u in end.lost])
         session.execute(sa.update(ARQ).where(
-            ARQ.uuid.in_(lost), ARQ.state == 'BindStarted')
-            .values(state=state, attach_handle_id=None, deployable_id=None))
-        ended.update(dict.fromkeys(lost, state))
-    reasons = reasons or {}
-    events = nova_events.owe(session, [
-        (uuid, started[uuid].instance_uuid,
-         nova_events.COMPLETED if state == 'Bound' else nova_events.FAILED,
-         reasons.get(uuid)) for uuid, state in sorted(ended.items())])
-    return Ended(ended, events)
+            ARQ.uuid.in_(end.lost), ARQ.state == 'BindStarted')
+            .values(state=end.lost_state, attach_handle_id=None,
+                    deployable_id=None))
 
 
 def _owed(instances: dict[str, str]) -> sa.ColumnElement[bool]:

@@ -141,3 +141,40 @@ def test_no_free_handle_is_refused():
     assert bd.decide(read) == bd.Refused(
         'the deployable has no free attach handle')
     assert bd.decide(read).reason == bd.NO_FREE_HANDLE
+
+
+def _job(arq, handle):
+    return {'arq_uuid': arq, 'attach_handle_id': handle}
+
+
+def _started(arq, handle, instance='inst1'):
+    return types.SimpleNamespace(uuid=arq, handle_id=handle,
+                                 instance_uuid=instance)
+
+
+def test_binds_end_bound_or_failed_and_owe_their_events():
+    read = [_started('b', 2), _started('a', 1)]
+    end = bd.ends([_job('b', 2)], [_job('a', 1)], read, True,
+                  {'a': 'no mdev'})
+    assert (end.bound, end.lost) == (['b'], ['a'])
+    # A failure owed to Nova stays BindStarted until Nova has it.
+    assert end.states == {'b': 'Bound', 'a': 'BindStarted'}
+    assert list(end.states) == ['b', 'a']
+    assert end.events == [('a', 'inst1', 'failed', 'no mdev'),
+                          ('b', 'inst1', 'completed', None)]
+    assert end.started == {'a': read[1], 'b': read[0]}
+
+
+def test_a_failure_not_owed_ends_bind_failed():
+    end = bd.ends([], [_job('a', 1)], [_started('a', 1)], False, {})
+    assert end.lost_state == 'BindFailed'
+    assert end.states == {'a': 'BindFailed'}
+    assert end.events == [('a', 'inst1', 'failed', None)]
+
+
+def test_a_request_no_longer_holding_the_jobs_handle_is_left_alone():
+    # Unbound and bound again meanwhile (another handle), or gone.
+    read = [_started('a', 9)]
+    end = bd.ends([_job('a', 1)], [_job('b', 2)], read, True, {})
+    assert (end.started, end.bound, end.lost) == ({}, [], [])
+    assert (end.states, end.events) == ({}, [])
