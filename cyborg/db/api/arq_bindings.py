@@ -2,9 +2,9 @@
 
 Every state change is a conditional UPDATE on the state it comes from, an
 attach handle is taken with a compare-and-swap on ``in_use`` (see
-``attach_handles``), and an instance's claim and a deployable's programming
-are taken the same way, so two conductors working on the same requests
-never both succeed.
+``attach_handles``, through ``bind_takes``), and an instance's claim and a
+deployable's programming are taken the same way, so two conductors working
+on the same requests never both succeed.
 """
 import dataclasses
 import json
@@ -20,9 +20,9 @@ from cyborg.common import exception
 from cyborg.db import models
 from cyborg.db.api import attach_handles
 from cyborg.db.api import bind_decision
+from cyborg.db.api import bind_takes
 from cyborg.db.api import claims
 from cyborg.db.api import cleaning
-from cyborg.db.api import deployables
 from cyborg.db.api import nova_events
 from cyborg.db.api import patch_decision
 from cyborg.db.api import query
@@ -34,6 +34,7 @@ LOG = logging.getLogger(__name__)
 ARQ = models.AcceleratorRequest
 AH = models.AttachHandle
 Dep = models.Deployable
+
 
 def _transition(session: sa.orm.Session, uuid: str, sources: tuple[str, ...],
                 action: str, values: dict[str, Any]) -> None:
@@ -92,132 +93,6 @@ class BindBatch:
         """ARQ uuid -> state of the binds that ended in this PATCH."""
         return {u: s for u, s in self.states.items()
                 if s in ('Bound', 'BindFailed') and u not in self.repeated}
-
-
-def _job(deployable: bind_decision.Target, handle: Any) -> dict[str, Any]:
-    """What a worker needs to finish a bind on the device's host."""
-    return {'host': deployable.host, 'deployable_id': deployable.id,
-            'deployable_uuid': deployable.uuid,
-            'deployable_name': deployable.name,
-            'driver_name': deployable.driver_name,
-            'controlpath_id': {
-                'cpid_type': deployable.cpid_type,
-                'cpid_info': json.loads(deployable.cpid_info)},
-            'attach_type': handle.attach_type,
-            'attach_handle_id': handle.id,
-            'attach_handle_uuid': handle.uuid,
-            'attach_info': json.loads(handle.attach_info)}
-
-
-def _target(session: sa.orm.Session, rp_uuid: str
-            ) -> bind_decision.Target | None:
-    """The deployable behind resource provider ``rp_uuid``, with its
-    device and control path; None when none has it."""
-    row = session.execute(
-        sa.select(Dep.id, Dep.uuid, Dep.name, Dep.driver_name,
-                  Dep.driver_disabled_since, models.Device.hostname,
-                  models.Device.host,
-                  models.Device.status, models.Device.health,
-                  models.Device.health_reason,
-                  models.ControlpathID.cpid_type,
-                  models.ControlpathID.cpid_info)
-        .join(models.Device, models.Device.id == Dep.device_id)
-        .join(models.ControlpathID,
-              models.ControlpathID.device_id == models.Device.id)
-        .where(Dep.rp_uuid == rp_uuid)
-    ).first()
-    return None if row is None else bind_decision.Target._make(row)
-
-
-def _read(session: sa.orm.Session, read: bind_decision.BindRead,
-          need: bind_decision.Need,
-          find_bitstream: Callable[[str], str] | None) -> None:
-    """Read (or, for a handle, take) what ``decide`` needs next."""
-    assert read.target is not None  # decide() refuses a missing one
-    deployable_id = read.target.id
-    if need is bind_decision.Need.BITSTREAM:
-        read.looked_up = True
-        try:
-            if find_bitstream is None:
-                raise exception.BitstreamNotFound(
-                    reason='no image service to look functions up in')
-            read.bitstream = find_bitstream(read.group['accel:function_id'])
-        except exception.CyborgException as exc:
-            read.lookup_error = str(exc)
-    elif need is bind_decision.Need.LOCK:
-        # Exclusive when the bind may program (see ``deployables``).
-        read.state = deployables.lock(session, deployable_id,
-                                      exclusive=bool(read.bitstream))
-        read.layout_state = session.scalar(
-            sa.select(models.Device.layout_state)
-            .join(Dep, Dep.device_id == models.Device.id)
-            .where(Dep.id == deployable_id))
-    elif need is bind_decision.Need.HOLDERS:
-        read.holders = deployables.holders(session, deployable_id)
-    else:
-        read.taken = True
-        read.handle = attach_handles.take(session, deployable_id)
-
-
-def _bind(session: sa.orm.Session, uuid: str, binding: dict[str, Any],
-          group: dict[str, Any], batch: BindBatch,
-          programming: dict[int, str],
-          find_bitstream: Callable[[str], str] | None) -> str | None:
-    """Bind one ARQ to the deployable behind its resource provider, or
-    say why it cannot be (and leave it as it was).
-
-    ``programming`` maps the deployables this batch programs to the
-    bitstream they get, so that ARQs of one PATCH share a device being
-    reprogrammed. ``find_bitstream`` turns an ``accel:function_id`` into
-    the id of the image that provides it.
-    """
-    read = bind_decision.BindRead(
-        binding['hostname'], group,
-        _target(session, binding['device_rp_uuid']), programming,
-        bitstream=group.get('accel:bitstream_id'))
-    while isinstance(step := bind_decision.decide(read), bind_decision.Need):
-        _read(session, read, step, find_bitstream)
-    if isinstance(step, bind_decision.Refused):
-        return step.reason
-    _take(session, uuid, binding, read, step, batch, programming)
-    return None
-
-
-def _take(session: sa.orm.Session, uuid: str, binding: dict[str, Any],
-          read: bind_decision.BindRead, bind: bind_decision.Bind,
-          batch: BindBatch, programming: dict[int, str]) -> None:
-    """Make the bind ``decide`` allowed, with the handle it took: start
-    the programming it does (noted in the batch's ``programming``), and
-    move the ARQ to its state."""
-    deployable, handle, bitstream = read.target, read.handle, read.bitstream
-    assert deployable is not None
-    if bind.program and deployable.id not in programming:
-        # A bind programs a deployable no other bind of the batch does
-        # only when it has a bitstream to load.
-        assert bitstream is not None
-        deployables.start_programming(session, deployable.id, bitstream)
-        programming[deployable.id] = bitstream
-    values: dict[str, Any] = {
-        'hostname': binding['hostname'],
-        'device_rp_uuid': binding['device_rp_uuid'],
-        'instance_uuid': binding['instance_uuid'],
-        'attach_handle_id': handle.id, 'deployable_id': deployable.id}
-    if binding.get('project_id'):
-        values['project_id'] = binding['project_id']
-    if (bind.program or bind.waits
-            or not attach_handles.instant(handle.attach_type,
-                                          handle.attach_info)):
-        values['state'] = 'BindStarted'
-        batch.jobs.append(dict(
-            _job(deployable, handle), arq_uuid=uuid,
-            instance_uuid=binding['instance_uuid'],
-            bitstream_id=bitstream, program=bind.program,
-            await_program=bind.waits))
-    else:
-        values['state'] = 'Bound'
-    _transition(session, uuid, patch_decision.BINDABLE, 'binding', values)
-    batch.states[uuid] = values['state']
-    batch.instances[uuid] = binding['instance_uuid']
 
 
 class Held(typing.NamedTuple):
@@ -340,8 +215,8 @@ def _claim(session: sa.orm.Session, binds: dict[str, dict[str, Any]],
 def _bind_all(session: sa.orm.Session, binds: dict[str, dict[str, Any]],
               found: dict[str, Held], batch: BindBatch,
               find_bitstream: Callable[[str], str] | None) -> None:
-    """Make every bind (see ``_bind``); BindRefused naming each that
-    cannot be made."""
+    """Make every bind (see ``bind_takes.take``) and move its ARQ on;
+    BindRefused naming each that cannot be made."""
     programming: dict[int, str] = {}
     refusals: dict[str, str] = {}
     # Taking handles deployable by deployable, in one order for every
@@ -349,13 +224,21 @@ def _bind_all(session: sa.orm.Session, binds: dict[str, dict[str, Any]],
     for uuid, binding in sorted(
             binds.items(), key=lambda item: (item[1]['device_rp_uuid'],
                                              item[0])):
-        reason = _bind(session, uuid, binding,
-                       json.loads(found[uuid].device_profile_group), batch,
-                       programming, find_bitstream)
-        if reason is not None:
+        made = bind_takes.take(
+            session, uuid, binding,
+            json.loads(found[uuid].device_profile_group), programming,
+            find_bitstream)
+        if isinstance(made, bind_decision.Refused):
             LOG.info('Accelerator request %s cannot bind to provider %s: '
-                     '%s.', uuid, binding['device_rp_uuid'], reason)
-            refusals[uuid] = reason
+                     '%s.', uuid, binding['device_rp_uuid'], made.reason)
+            refusals[uuid] = made.reason
+            continue
+        if made.job is not None:
+            batch.jobs.append(made.job)
+        _transition(session, uuid, patch_decision.BINDABLE, 'binding',
+                    made.values)
+        batch.states[uuid] = made.values['state']
+        batch.instances[uuid] = binding['instance_uuid']
     if refusals:
         # Every bind is still tried, so that the answer names each one
         # that cannot be; raising rolls back what the others took.

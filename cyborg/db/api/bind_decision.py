@@ -1,7 +1,7 @@
 """Whether and how one bind can be made, and how it ends, decided from
 what was read.
 
-Nothing here reads or writes: ``arq_bindings`` reads what ``decide`` asks
+Nothing here reads or writes: ``bind_takes`` reads what ``decide`` asks
 for (``Need``), one step at a time, and takes what it decides. A refusal
 is a value (``Refused``), its reason the words the 409 says of that bind.
 ``bind_ends`` reads the requests a worker finished and writes what
