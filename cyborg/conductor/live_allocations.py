@@ -43,7 +43,7 @@ LOG = logging.getLogger(__name__)
 Resources = dict[str, dict[str, int]]
 
 PREFIX = 'resources:'
-# The states a bind starts from (arq_bindings.BINDABLE) and those whose
+# The states a bind starts from (patch_decision.BINDABLE) and those whose
 # resources a live bind added and a live unbind takes out.
 BINDABLE = ('Initial', 'Unbound')
 ALLOCATED = ('Bound', 'BindStarted')
