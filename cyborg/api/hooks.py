@@ -1,6 +1,9 @@
 """pecan hooks: configuration, request context, conductor client and
 microversions."""
 import threading
+from collections.abc import Callable
+from typing import Generic
+from typing import TypeVar
 
 from oslo_config import cfg
 from pecan import hooks
@@ -9,6 +12,7 @@ from cyborg import context as cyborg_context
 from cyborg.api import errors
 from cyborg.api import policy
 from cyborg.api import versions
+from cyborg.conductor import rpc_batching
 from cyborg.conductor import rpcapi as conductor_rpcapi
 
 
@@ -27,6 +31,9 @@ class ConfigHook(hooks.PecanHook):
         state.request.enforcer = self.enforcer
 
 
+Made = TypeVar('Made')
+
+
 class ContextHook(hooks.PecanHook):
     """Builds ``request.context`` from the headers auth middleware set."""
 
@@ -37,35 +44,41 @@ class ContextHook(hooks.PecanHook):
         state.request.context = context
 
 
-class _LazyConductorAPI:
-    """The conductor client, created on first use: reads and version
-    documents need no message transport."""
+class _Lazy(Generic[Made]):
+    """An object made on the first use of one of its attributes: reads
+    and version documents need no message transport."""
 
-    def __init__(self, conf: cfg.ConfigOpts) -> None:
-        self.conf = conf
-        self._api: conductor_rpcapi.ConductorAPI | None = None
+    def __init__(self, make: Callable[[], Made]) -> None:
+        self._make = make
+        self._made: Made | None = None
         self._lock = threading.Lock()
 
-    def __getattr__(self, name: str) -> object:
-        if self._api is None:
-            # One client per process: concurrent creates share its batches.
+    def get(self) -> Made:
+        if self._made is None:
             with self._lock:
-                if self._api is None:
-                    self._api = conductor_rpcapi.ConductorAPI(
-                        self.conf,
-                        create_batch=self.conf.api.create_batch_size,
-                        bind_batch=self.conf.api.bind_batch_size)
-        return getattr(self._api, name)
+                if self._made is None:
+                    self._made = self._make()
+        return self._made
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.get(), name)
 
 
 class ConductorHook(hooks.PecanHook):
-    """Gives controllers ``request.conductor_api``."""
+    """Gives controllers ``request.conductor_api``, the conductor client,
+    and ``request.arq_writes``, its writes on accelerator requests joined
+    into batch calls (``rpc_batching``)."""
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
-        self.api = _LazyConductorAPI(conf)
+        self.api = _Lazy(lambda: conductor_rpcapi.ConductorAPI(conf))
+        # One client per process: concurrent writes share its batches.
+        self.arq_writes = _Lazy(lambda: rpc_batching.BatchedWrites(
+            self.api.get(), create_batch=conf.api.create_batch_size,
+            bind_batch=conf.api.bind_batch_size))
 
     def before(self, state: hooks.HookController) -> None:
         state.request.conductor_api = self.api
+        state.request.arq_writes = self.arq_writes
 
 
 class MicroversionHook(hooks.PecanHook):

@@ -1,6 +1,5 @@
 """Client side of the conductor RPC API."""
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import oslo_messaging as messaging
@@ -9,13 +8,15 @@ from oslo_config import cfg
 from cyborg import context as cyborg_context
 from cyborg.common import exception
 from cyborg.common import rpc
-from cyborg.conductor import coalesce
 
 LOG = logging.getLogger(__name__)
 
 Context = cyborg_context.RequestContext
-# What ``ConductorAPI._call_newer`` returns when the call was not made.
-NOT_TAKEN = object()
+
+
+class OlderConductor(Exception):
+    """A call not made: an ``[upgrade_levels] conductor`` cap is below its
+    version, or a conductor refused the version before doing anything."""
 
 
 def _unavailable(reason: str) -> exception.ServiceUnavailable:
@@ -58,38 +59,17 @@ class ConductorAPI:
 
     RPC_API_VERSION = '1.11'
 
-    def __init__(self, conf: cfg.ConfigOpts, create_batch: int = 1,
-                 bind_batch: int = 1) -> None:
-        """``create_batch`` > 1: ``arq_create`` calls made at the same
-        time by threads of this process go to a conductor together, up to
-        that many per RPC call (see ``coalesce.Coalescer``); the same for
-        ``arq_apply_patch`` and ``arq_delete`` with ``bind_batch``."""
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
         self.conf = conf
         target = messaging.Target(topic=rpc.CONDUCTOR_TOPIC,
                                   version=self.RPC_API_VERSION)
         self.client = rpc.get_client(
             target, version_cap=conf.upgrade_levels.conductor)
-        self._creates: coalesce.Coalescer[
-            tuple[Context, str, str | None], list[dict[str, Any]]] | None
-        self._creates = (coalesce.Coalescer(self._create_many, create_batch)
-                         if create_batch > 1 else None)
-        self._patches: coalesce.Coalescer[
-            tuple[Context, dict[str, dict[str, Any]], list[str], bool],
-            None] | None
-        # Two batches of binds in flight: a bind batch spends most of its
-        # time waiting on the database's round trips (about 8 statements a
-        # bind, one after the other), which a second batch, on the other
-        # conductor, overlaps. 50 clients through one process, two
-        # conductors, back to back: 180 binds/s and a p99 of 395 ms with
-        # one, 259-314 and 305-364 ms with two, 238 and 678 ms with four.
-        self._patches = (coalesce.Coalescer(self._apply_many, bind_batch,
-                                            in_flight=2)
-                         if bind_batch > 1 else None)
-        self._deletes: coalesce.Coalescer[
-            tuple[Context, list[str] | None, str | None, str | None],
-            None] | None
-        self._deletes = (coalesce.Coalescer(self._delete_many, bind_batch)
-                         if bind_batch > 1 else None)
+
+    def can_send_version(self, version: str) -> bool:
+        """Whether ``[upgrade_levels] conductor`` lets calls of
+        ``version`` go."""
+        return bool(self.client.can_send_version(version))
 
     def _call(self, context: Context, version: str, method: str,
               rpc_timeout: float | None = None, **kwargs: Any) -> Any:
@@ -104,11 +84,12 @@ class ConductorAPI:
 
     def _call_newer(self, context: Context, version: str, method: str,
                     instead: str, **kwargs: Any) -> Any:
-        """``_call`` at ``version``, or NOT_TAKEN when an ``[upgrade_levels]
-        conductor`` cap is below it or a conductor refuses it (before
-        doing anything; logged, with what the caller does ``instead``)."""
+        """``_call`` at ``version``; OlderConductor when an
+        ``[upgrade_levels] conductor`` cap is below it or a conductor
+        refuses it (before doing anything; logged, with what the caller
+        does ``instead``)."""
         if not self.client.can_send_version(version):
-            return NOT_TAKEN
+            raise OlderConductor(version)
         try:
             return self._call(context, version, method, **kwargs)
         except (messaging.UnsupportedVersion, messaging.RemoteError) as exc:
@@ -121,7 +102,7 @@ class ConductorAPI:
         LOG.warning('A conductor does not take RPC %s; %s. Until every '
                     'conductor is upgraded, set [upgrade_levels] conductor '
                     '= %s.%d.', version, instead, major, int(minor) - 1)
-        return NOT_TAKEN
+        raise OlderConductor(version)
 
     def report_data(self, context: Context, host: str,
                     report: dict[str, Any]) -> dict[str, int]:
@@ -135,23 +116,24 @@ class ConductorAPI:
         same way.
         """
         if isinstance(report, dict) and _has_lifecycle_drivers(report):
-            answer = self._call_newer(
-                context, '1.9', 'report_data',
-                'reporting without driver versions and disabled drivers',
-                host=host, report=report)
-            if answer is not NOT_TAKEN:
-                return answer
-            report = dict(report, drivers={
-                name: {k: v for k, v in entry.items() if k != 'version'}
-                for name, entry in report['drivers'].items()
-                if entry.get('state') != 'disabled'})
+            try:
+                return self._call_newer(
+                    context, '1.9', 'report_data',
+                    'reporting without driver versions and disabled '
+                    'drivers', host=host, report=report)
+            except OlderConductor:
+                report = dict(report, drivers={
+                    name: {k: v for k, v in entry.items() if k != 'version'}
+                    for name, entry in report['drivers'].items()
+                    if entry.get('state') != 'disabled'})
         if isinstance(report, dict) and 'drivers' in report:
-            answer = self._call_newer(
-                context, '1.5', 'report_data',
-                'reporting without driver states', host=host, report=report)
-            if answer is not NOT_TAKEN:
-                return answer
-            report = {k: v for k, v in report.items() if k != 'drivers'}
+            try:
+                return self._call_newer(
+                    context, '1.5', 'report_data',
+                    'reporting without driver states', host=host,
+                    report=report)
+            except OlderConductor:
+                report = {k: v for k, v in report.items() if k != 'drivers'}
         return self._call(context, '1.0', 'report_data', host=host,
                           report=report)
 
@@ -173,32 +155,25 @@ class ConductorAPI:
         return self._call(context, '1.1', 'device_profile_delete',
                           uuids=uuids, names=names)
 
+    # The API's writes on accelerator requests: one HTTP request per call,
+    # or (1.4, 1.11) several in one call, each answered on its own (see
+    # rpc_batching, which makes those batches).
+
     def arq_create(self, context: Context, profile_name: str,
                    project_id: str | None) -> list[dict[str, Any]]:
         """One accelerator request per accelerator the profile asks for."""
-        if self._creates is not None and self.client.can_send_version('1.4'):
-            return self._creates.submit((context, profile_name, project_id))
         return self._call(context, '1.1', 'arq_create',
                           profile_name=profile_name, project_id=project_id)
 
-    def _create_many(self, requests: list[tuple[Context, str, str | None]]
-                     ) -> list[list[dict[str, Any]] | Exception]:
-        if len(requests) == 1:
-            context, profile_name, project_id = requests[0]
-            try:
-                return [self._call(context, '1.1', 'arq_create',
-                                   profile_name=profile_name,
-                                   project_id=project_id)]
-            except exception.CyborgException as exc:
-                return [exc]
-        # The call is made for several callers: an admin context of its
-        # own, with each caller's request id in its item for the logs.
-        answers = self._call(
-            cyborg_context.get_admin_context(), '1.4', 'arq_create_many',
-            requests=[{'profile_name': profile_name,
-                       'project_id': project_id,
-                       'request_id': context.request_id}
-                      for context, profile_name, project_id in requests])
+    def arq_create_many(self, context: Context,
+                        requests: list[dict[str, Any]]
+                        ) -> list[list[dict[str, Any]] | Exception]:
+        """``arq_create`` for several HTTP requests (1.4): each of
+        ``requests`` is ``{"profile_name", "project_id", "request_id"}``.
+        One result per request, in order: its requests, or the
+        CyborgException that refused it alone."""
+        answers = self._call(context, '1.4', 'arq_create_many',
+                             requests=requests)
         return [answer['arqs'] if 'arqs' in answer
                 else _rebuild(answer['error']) for answer in answers]
 
@@ -207,57 +182,24 @@ class ConductorAPI:
                         unbinds: list[str], live: bool = False) -> None:
         """Bind and unbind a batch of accelerator requests; ``live``
         (1.10) as ``arq_bindings.apply_patch`` takes it."""
-        if self._patches is not None and self.client.can_send_version(
-                '1.11'):
-            return self._patches.submit((context, binds, unbinds, live))
-        return self._apply_one(context, binds, unbinds, live)
-
-    def _apply_one(self, context: Context, binds: dict[str, dict[str, Any]],
-                   unbinds: list[str], live: bool) -> None:
         if live:
-            return self._call(context, '1.10', 'arq_apply_patch',
-                              binds=binds, unbinds=unbinds, live=True)
-        return self._call(context, '1.1', 'arq_apply_patch', binds=binds,
-                          unbinds=unbinds)
+            self._call(context, '1.10', 'arq_apply_patch', binds=binds,
+                       unbinds=unbinds, live=True)
+        else:
+            self._call(context, '1.1', 'arq_apply_patch', binds=binds,
+                       unbinds=unbinds)
 
-    def _apply_many(self, patches: list[tuple[
-            Context, dict[str, dict[str, Any]], list[str], bool]]
-            ) -> list[None | Exception]:
-        return self._each_or_batch(
-            'arq_apply_patches', 'patches', patches,
-            lambda binds, unbinds, live: {'binds': binds, 'unbinds': unbinds,
-                                          'live': live},
-            self._apply_one)
-
-    def _each_or_batch(self, method: str, key: str,
-                       items: list[tuple[Any, ...]],
-                       payload: Callable[..., dict[str, Any]],
-                       alone: Callable[..., None]) -> list[None | Exception]:
-        """Answers for the ``(context, *arguments)`` items of a
-        ``Coalescer``: one ``method`` call (1.11) taking each item's
-        ``payload(*arguments)`` in the list ``key``, or, for one item or
-        conductors before 1.11, ``alone(context, *arguments)`` for each."""
-        if len(items) > 1:
-            # The call is made for several callers: an admin context of
-            # its own, with each caller's request id in its item.
-            answers = self._call_newer(
-                cyborg_context.get_admin_context(), '1.11', method,
-                'sending each request on its own',
-                **{key: [dict(payload(*arguments),
-                              request_id=context.request_id)
-                         for context, *arguments in items]})
-            if answers is not NOT_TAKEN:
-                return [_rebuild(answer['error']) if 'error' in answer
-                        else None for answer in answers]
-        results: list[None | Exception] = []
-        for context, *arguments in items:
-            try:
-                alone(context, *arguments)
-            except exception.CyborgException as exc:
-                results.append(exc)
-            else:
-                results.append(None)
-        return results
+    def arq_apply_patches(self, context: Context,
+                          patches: list[dict[str, Any]]
+                          ) -> list[Exception | None]:
+        """``arq_apply_patch`` for several HTTP requests (1.11): each of
+        ``patches`` is ``{"binds", "unbinds", "live", "request_id"}``.
+        One result per PATCH, in order: None, or the CyborgException that
+        refused it alone. OlderConductor (logged) when conductors do not
+        take 1.11: the caller sends each PATCH on its own."""
+        return _results(self._call_newer(
+            context, '1.11', 'arq_apply_patches',
+            'sending each request on its own', patches=patches))
 
     def arq_delete(self, context: Context, uuids: list[str] | None = None,
                    instance_uuid: str | None = None,
@@ -268,35 +210,31 @@ class ConductorAPI:
         ``uuids`` then names those the caller found, which conductors
         before 1.7 (that would delete every project's) are sent instead.
         """
-        if self._deletes is not None and self.client.can_send_version(
-                '1.11'):
-            return self._deletes.submit((context, uuids, instance_uuid,
-                                         project_id))
-        return self._delete_one(context, uuids, instance_uuid, project_id)
-
-    def _delete_one(self, context: Context, uuids: list[str] | None,
-                    instance_uuid: str | None, project_id: str | None
-                    ) -> None:
         if instance_uuid is not None and project_id is not None:
-            answer = self._call_newer(
-                context, '1.7', 'arq_delete',
-                "deleting the project's requests of the instance by uuid",
-                instance_uuid=instance_uuid, project_id=project_id)
-            if answer is not NOT_TAKEN or not uuids:
+            try:
+                self._call_newer(
+                    context, '1.7', 'arq_delete',
+                    "deleting the project's requests of the instance by "
+                    'uuid', instance_uuid=instance_uuid,
+                    project_id=project_id)
                 return None
-            instance_uuid = None
-        return self._call(context, '1.1', 'arq_delete', uuids=uuids,
-                          instance_uuid=instance_uuid)
+            except OlderConductor:
+                if not uuids:
+                    return None
+                instance_uuid = None
+        self._call(context, '1.1', 'arq_delete', uuids=uuids,
+                   instance_uuid=instance_uuid)
+        return None
 
-    def _delete_many(self, deletes: list[tuple[
-            Context, list[str] | None, str | None, str | None]]
-            ) -> list[None | Exception]:
-        return self._each_or_batch(
-            'arq_delete_many', 'deletes', deletes,
-            lambda uuids, instance, project: {
-                'uuids': uuids, 'instance_uuid': instance,
-                'project_id': project},
-            self._delete_one)
+    def arq_delete_many(self, context: Context,
+                        deletes: list[dict[str, Any]]
+                        ) -> list[Exception | None]:
+        """``arq_delete`` for several HTTP requests (1.11): each of
+        ``deletes`` is ``{"uuids", "instance_uuid", "project_id",
+        "request_id"}``; answered as ``arq_apply_patches``."""
+        return _results(self._call_newer(
+            context, '1.11', 'arq_delete_many',
+            'sending each request on its own', deletes=deletes))
 
     def device_set_status(self, context: Context, uuid: str,
                           status: str) -> None:
@@ -456,6 +394,12 @@ def _has_lifecycle_drivers(report: dict[str, Any]) -> bool:
         isinstance(e, dict)
         and ('version' in e or e.get('state') == 'disabled')
         for e in entries.values())
+
+
+def _results(answers: list[dict[str, Any]]) -> list[Exception | None]:
+    """The results of the answers of a batch call without a value."""
+    return [_rebuild(answer['error']) if 'error' in answer else None
+            for answer in answers]
 
 
 def _rebuild(error: dict[str, Any]) -> exception.CyborgException:

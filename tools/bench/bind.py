@@ -5,7 +5,7 @@ broker (MariaDB and RabbitMQ by default) with [nova] pointing at a fake
 Nova that answers the bound events, seeds fake devices whose attach
 handles are TEST_PCI (a bind ends in the PATCH's own transaction) and one
 Initial accelerator request per bind, then has C concurrent clients bind
-them through ``ConductorAPI.arq_apply_patch``, one request per PATCH or
+them through ``BatchedWrites.arq_apply_patch``, one request per PATCH or
 ``--batch`` of them; the client coalesces concurrent PATCHes as a
 cyborg-api process does (``[api] bind_batch_size``). Prints binds/s and
 the latency percentiles of one PATCH; ``--http`` also starts
@@ -36,6 +36,7 @@ import cyborg.cmd  # noqa: F401  (native threads first)
 from cyborg import conf as cyborg_conf
 from cyborg import context as cyborg_context
 from cyborg.common import rpc
+from cyborg.conductor import rpc_batching
 from cyborg.conductor import rpcapi
 from cyborg.db import api as db_api
 from cyborg.db import migration
@@ -146,8 +147,8 @@ def run(n: int, clients: int, batch: int, conductors: int, devices: int,
         bind_batch = int(dict(((g, k), v) for g, k, v in options).get(
             ('api', 'bind_batch_size'),
             getattr(conf.api, 'bind_batch_size', 1)))
-        conductor = (rpcapi.ConductorAPI(conf, bind_batch=bind_batch)
-                     if bind_batch > 1 else rpcapi.ConductorAPI(conf))
+        conductor = rpc_batching.BatchedWrites(rpcapi.ConductorAPI(conf),
+                                               bind_batch=bind_batch)
         rp_of = {arq: rp_uuids[i % len(rp_uuids)]
                  for i, arq in enumerate(uuids)}
 
@@ -215,7 +216,7 @@ def run(n: int, clients: int, batch: int, conductors: int, devices: int,
         api._admin(db_server, f'DROP DATABASE {db_name}')
 
 
-def _wait_conductors(conductor: rpcapi.ConductorAPI,
+def _wait_conductors(conductor: rpc_batching.BatchedWrites,
                      timeout: float = 60) -> None:
     """Until a conductor answers: a PATCH of nothing."""
     deadline = time.monotonic() + timeout

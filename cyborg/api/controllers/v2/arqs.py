@@ -93,7 +93,7 @@ class ARQsController(rest.RestController):
     def post(self, body: Any) -> ARQCollection:
         ctx = base.authorize('cyborg:arq:create')
         name = schema.validate_create(body, base.strict())
-        created = pecan.request.conductor_api.arq_create(
+        created = pecan.request.arq_writes.arq_create(
             ctx, name, ctx.project_id)
         return ARQCollection(arqs=[ARQ.from_dict(a) for a in created])
 
@@ -150,7 +150,7 @@ class ARQsController(rest.RestController):
             # look-up here was two thirds of the API's time per bind
             # (py-spy, 50 concurrent binds).
             arq_db.get_by_uuids(ctx, list(binds) + unbinds, project)
-        pecan.request.conductor_api.arq_apply_patch(
+        pecan.request.arq_writes.arq_apply_patch(
             ctx, binds, unbinds,
             live=base.version_at_least(Microversion.LIVE_ATTACH))
 
@@ -166,7 +166,7 @@ class ARQsController(rest.RestController):
             raise base.legacy_error(
                 'Name the accelerator requests to delete with ?arqs=<uuid>,'
                 '<uuid> (or in the path), or ?instance=<uuid>; not both.')
-        api = pecan.request.conductor_api
+        api = pecan.request.arq_writes
         if instance is not None:
             instance = schemas.check_uuid(instance, 'instance')
             _require_service_token(ctx)

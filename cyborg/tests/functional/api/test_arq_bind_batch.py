@@ -11,6 +11,7 @@ import sqlalchemy as sa
 
 from cyborg import context as cyborg_context
 from cyborg.common import exception
+from cyborg.conductor import rpc_batching
 from cyborg.conductor import rpcapi
 from cyborg.db import models
 from cyborg.db.api import arq_batches
@@ -73,7 +74,8 @@ def test_waiting_patches_go_in_one_call(seeded, db_engine, fake_nova,
 
     monkeypatch.setattr(endpoint, 'arq_apply_patch', held_single)
     monkeypatch.setattr(endpoint, 'arq_apply_patches', counted_many)
-    client = rpcapi.ConductorAPI(api.conf, bind_batch=8)
+    client = rpc_batching.BatchedWrites(rpcapi.ConductorAPI(api.conf),
+                                        bind_batch=8)
     first, good1, missing_rp, good2, twice, good3 = created
     taken = str(uuid.uuid4())
     unknown = str(uuid.uuid4())
@@ -234,8 +236,9 @@ def test_an_older_conductor_gets_each_patch_alone(seeded, db_engine,
 
     monkeypatch.setattr(endpoint, 'arq_apply_patches', refused)
     api.conf.set_override('conductor', '1.10', 'upgrade_levels')
-    client = rpcapi.ConductorAPI(api.conf, bind_batch=8)
-    results = client._apply_many([
+    client = rpc_batching.BatchedWrites(rpcapi.ConductorAPI(api.conf),
+                                        bind_batch=8)
+    results = client._send_patches([
         (cyborg_context.get_admin_context(),
          {u: _binding('cmp1', rp_uuid, str(uuid.uuid4()))}, [], False)
         for u in created[:3]])
@@ -253,9 +256,10 @@ def test_a_failed_batch_call_raises_the_conductors_error(seeded,
         raise exception.ServiceUnavailable(reason='database gone')
 
     monkeypatch.setattr(endpoint, 'arq_apply_patches', broken)
-    client = rpcapi.ConductorAPI(api.conf, bind_batch=8)
+    client = rpc_batching.BatchedWrites(rpcapi.ConductorAPI(api.conf),
+                                        bind_batch=8)
     with pytest.raises(exception.ServiceUnavailable, match='database gone'):
-        client._apply_many([(cyborg_context.get_admin_context(), {}, [],
+        client._send_patches([(cyborg_context.get_admin_context(), {}, [],
                              False)] * 2)
 
 
@@ -323,7 +327,8 @@ def test_waiting_deletes_go_in_one_call(seeded, db_engine, monkeypatch):
 
     monkeypatch.setattr(endpoint, 'arq_delete', held_single)
     monkeypatch.setattr(endpoint, 'arq_delete_many', counted_many)
-    client = rpcapi.ConductorAPI(api.conf, bind_batch=8)
+    client = rpc_batching.BatchedWrites(rpcapi.ConductorAPI(api.conf),
+                                        bind_batch=8)
     unknown = str(uuid.uuid4())
     # (uuids, instance, project): by instance of the requests' project, of
     # another project (nothing goes), of nobody, by uuid, a missing uuid.

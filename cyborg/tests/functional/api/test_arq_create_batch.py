@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 from cyborg import context as cyborg_context
 from cyborg.common import exception
+from cyborg.conductor import rpc_batching
 from cyborg.conductor import rpcapi
 from cyborg.db import models
 from cyborg.tests.functional.api.fixtures import ADMIN
@@ -52,7 +53,8 @@ def test_waiting_creates_go_in_one_call(api_all_dbs, db_engine,
 
     monkeypatch.setattr(endpoint, 'arq_create', held_single)
     monkeypatch.setattr(endpoint, 'arq_create_many', counted_many)
-    client = rpcapi.ConductorAPI(api.conf, create_batch=4)
+    client = rpc_batching.BatchedWrites(rpcapi.ConductorAPI(api.conf),
+                                        create_batch=4)
     asked = ['one', 'three', 'nope', 'one', 'three', 'one', 'nope', 'three']
     contexts = [cyborg_context.RequestContext(project_id=f'p{i}')
                 for i in range(len(asked))]
@@ -103,9 +105,10 @@ def test_a_failed_batch_call_raises_the_conductors_error(api, monkeypatch):
         raise exception.ServiceUnavailable(reason='database gone')
 
     monkeypatch.setattr(endpoint, 'arq_create_many', broken)
-    client = rpcapi.ConductorAPI(api.conf, create_batch=4)
+    client = rpc_batching.BatchedWrites(rpcapi.ConductorAPI(api.conf),
+                                        create_batch=4)
     with pytest.raises(exception.ServiceUnavailable, match='database gone'):
-        client._create_many(
+        client._send_creates(
             [(cyborg_context.get_admin_context(), 'one', 'p1')] * 3)
 
 
