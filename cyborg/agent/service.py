@@ -26,7 +26,8 @@ class AgentService(rpc_service.RPCService):
                  tasks: list[rpc_service.PeriodicTask],
                  monitor: hotplug.HotplugMonitor | None,
                  metrics: agent_metrics.AgentMetrics | None = None) -> None:
-        super().__init__(rpc.AGENT_TOPIC, agent.conf.host, [agent], tasks)
+        super().__init__(rpc.AGENT_TOPIC, agent.conf.host, agent.endpoints(),
+                         tasks)
         self.agent = agent
         self.monitor = monitor
         self.metrics = metrics

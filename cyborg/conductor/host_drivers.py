@@ -6,6 +6,7 @@ holds a device of a driver about to be disabled. Only then does it ask the
 agent, so a refused request changes nothing anywhere.
 """
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from oslo_config import cfg
@@ -25,9 +26,13 @@ class HostDrivers:
     """What the conductor does for ``/v2/hosts/{host}/drivers``."""
 
     def __init__(self, conf: cfg.ConfigOpts,
-                 agent_api: agent_rpcapi.AgentAPI) -> None:
+                 agent_api: Callable[[], agent_rpcapi.AgentAPI]) -> None:
         self.conf = conf
-        self.agent_api = agent_api
+        self._agent_api = agent_api
+
+    @property
+    def agent_api(self) -> agent_rpcapi.AgentAPI:
+        return self._agent_api()
 
     @property
     def _timeout(self) -> float:

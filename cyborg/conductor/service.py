@@ -29,7 +29,7 @@ class ConductorService(rpc_service.RPCService):
                  tasks: list[rpc_service.PeriodicTask],
                  metrics: conductor_metrics.ConductorMetrics | None) -> None:
         super().__init__(rpc.CONDUCTOR_TOPIC, conductor.conf.host,
-                         [conductor], tasks)
+                         conductor.endpoints(), tasks)
         self.conductor = conductor
         self.metrics = metrics
 

@@ -10,6 +10,7 @@ import urllib.parse
 import uuid
 from collections.abc import Callable
 from collections.abc import Iterator
+from typing import Any
 from typing import TypeVar
 
 import sqlalchemy as sa
@@ -152,3 +153,28 @@ def execute_sql(url: str, *statements: str) -> None:
                 conn.execute(sa.text(statement))
     finally:
         engine.dispose()
+
+
+def serving(endpoints: list[Any], method: str) -> Any:
+    """The first of a service's RPC ``endpoints`` that has ``method``,
+    as oslo.messaging's dispatcher picks it."""
+    return next(e for e in endpoints if hasattr(e, method))
+
+
+class InProcess:
+    """A service's RPC endpoints called in the test's process, without a
+    message bus: a method is that of the endpoint ``serving`` it; any
+    other attribute is that of ``parts``, the manager that made them."""
+
+    def __init__(self, parts: Any, endpoints: list[Any] | None = None
+                 ) -> None:
+        self.parts = parts
+        self.endpoints = (parts.endpoints() if endpoints is None
+                          else endpoints)
+
+    def __getattr__(self, name: str) -> Any:
+        if not name.startswith('_'):
+            for endpoint in self.endpoints:
+                if hasattr(endpoint, name):
+                    return getattr(endpoint, name)
+        return getattr(self.parts, name)

@@ -68,25 +68,29 @@ def database(backend: str, tmp: str) -> Iterator[str]:
 
 
 class Conductor:
-    """The RPC edge: ConductorAPI's signatures, calling the manager."""
+    """The RPC edge: ConductorAPI's signatures, calling the endpoints of
+    the conductor's parts."""
 
     def __init__(self, manager: conductor_manager.ConductorManager) -> None:
-        self.manager = manager
+        served = manager.endpoints()
+        self.hosts = next(e for e in served if hasattr(e, 'report_data'))
+        self.devices = next(e for e in served
+                            if hasattr(e, 'device_health_update'))
         self.calls = 0
 
     def report_data(self, context: Any, host: str,
                     report: dict[str, Any]) -> dict[str, int]:
         self.calls += 1
-        return self.manager.report_data(context, host, report)
+        return self.hosts.report_data(context, host, report)
 
     def device_health_update(self, context: Any, host: str,
                              updates: list[dict[str, Any]]) -> int:
         self.calls += 1
-        return self.manager.device_health_update(context, host, updates)
+        return self.devices.device_health_update(context, host, updates)
 
     def host_bindings(self, context: Any, host: str) -> list[dict[str, Any]]:
         self.calls += 1
-        return self.manager.host_bindings(context, host)
+        return self.hosts.host_bindings(context, host)
 
 
 class Sink:

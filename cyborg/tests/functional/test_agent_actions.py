@@ -65,7 +65,7 @@ class SlowFakeDriver(fake.FakeDriver):
 def conductor(conf, rabbit_rpc, sqlite_engine):  # noqa: F811
     svc = rpc_service.RPCService(
         rpc.CONDUCTOR_TOPIC, 'ctl-test',
-        [conductor_manager.ConductorManager(conf)])
+        conductor_manager.ConductorManager(conf).endpoints())
     svc.start()
     yield svc
     svc.stop()
@@ -84,7 +84,7 @@ def agent(conf, conductor, fake_glance, tmp_path):
     fixtures.glance_conf(conf, fake_glance)
     driver = SlowFakeDriver(conf)
     svc = agent_service.build(conf, loaded=[driver])
-    manager = svc.endpoints[0]
+    manager = svc.agent.host
     manager.glance = glance_client.GlanceClient(conf, retry_delay=0.01)
     svc.start()
     ctx = cyborg_context.get_admin_context()

@@ -106,7 +106,7 @@ def stack(conf, rabbit_url, db_engine, fake_nova, fake_glance,
     # The resends of events owed to Nova, as conductor_service.build runs
     # them.
     conductor = rpc_service.RPCService(
-        rpc.CONDUCTOR_TOPIC, 'conductor-test', [manager],
+        rpc.CONDUCTOR_TOPIC, 'conductor-test', manager.endpoints(),
         [rpc_service.PeriodicTask('nova-events', manager.binder.outbox.resend,
                                   conf.nova.event_resend_interval)])
     driver = fake.FakeDriver(conf)
@@ -123,8 +123,7 @@ def stack(conf, rabbit_url, db_engine, fake_nova, fake_glance,
     finally:
         agent.stop()
         conductor.stop()
-        for endpoint in conductor.endpoints:
-            endpoint.binder.stop()
+        manager.binder.stop()
         rpc.cleanup()
         rpc.set_defaults()
 

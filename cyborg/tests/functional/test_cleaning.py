@@ -31,6 +31,7 @@ from cyborg.db.api import providers
 from cyborg.tests.fakes import fixtures
 from cyborg.tests.functional.test_placement_sync import _report
 from cyborg.tests.harness import placement_server
+from cyborg.tests.utils import InProcess
 from cyborg.tests.utils import wait_for
 
 AH = models.AttachHandle
@@ -76,8 +77,8 @@ def agent():
 def conductor(conf, placement_url, db_engine, fake_nova, agent):
     placement_server.point_at(conf, placement_url)
     fixtures.nova_conf(conf, fake_nova)
-    made = conductor_manager.ConductorManager(
-        conf, agent_api=agent)
+    made = InProcess(conductor_manager.ConductorManager(
+        conf, agent_api=agent))
     yield made
     made.binder.stop()
 

@@ -23,6 +23,7 @@ from cyborg.db.api import devices
 from cyborg.db.api import inventory
 from cyborg.tests.functional.test_placement_sync import _report
 from cyborg.tests.harness import placement_server
+from cyborg.tests.utils import InProcess
 
 
 @pytest.fixture
@@ -33,7 +34,7 @@ def node(placement):
 @pytest.fixture
 def conductor(conf, placement_url, db_engine):
     placement_server.point_at(conf, placement_url)
-    return conductor_manager.ConductorManager(conf)
+    return InProcess(conductor_manager.ConductorManager(conf))
 
 
 @pytest.fixture

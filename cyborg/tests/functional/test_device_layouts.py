@@ -35,13 +35,14 @@ from cyborg.db.api import devices
 from cyborg.db.api import inventory
 from cyborg.db.api import layouts as db_layouts
 from cyborg.tests.harness import placement_server
+from cyborg.tests.utils import InProcess
 
 
 class DirectConductor:
     """The agent's conductor client, calling the conductor in process."""
 
     def __init__(self) -> None:
-        self.conductor: conductor_manager.ConductorManager | None = None
+        self.conductor: InProcess | None = None
 
     def report_data(self, context, host, report):
         assert self.conductor is not None
@@ -51,7 +52,7 @@ class DirectConductor:
 class EdgeAgent:
     """The agent RPC client: the real agent manager, or down."""
 
-    def __init__(self, manager: agent_manager.AgentManager) -> None:
+    def __init__(self, manager: InProcess) -> None:
         self.manager = manager
         self.down = False
         self.calls: list[str] = []
@@ -116,9 +117,10 @@ def stack(conf, placement_url, db_engine, node, tmp_path):
     tracker = resource_tracker.ResourceTracker(
         conf, [driver], direct,
         cache=agent_cache.AgentCache(str(tmp_path / 'cache.json')))
-    agent = EdgeAgent(agent_manager.AgentManager(conf, tracker, direct))
-    conductor = conductor_manager.ConductorManager(
-        conf, agent_api=agent)
+    agent = EdgeAgent(
+        InProcess(agent_manager.AgentManager(conf, tracker, direct)))
+    conductor = InProcess(conductor_manager.ConductorManager(
+        conf, agent_api=agent))
     direct.conductor = conductor
     tracker.update(force=True)
     ctx = cyborg_context.get_admin_context()

@@ -17,6 +17,7 @@ from cyborg.common import rpc
 from cyborg.conductor import manager as conductor_manager
 from cyborg.db.api import drivers
 from cyborg.db.api import inventory
+from cyborg.tests.utils import InProcess
 
 HOST = 'cmp3'
 
@@ -91,7 +92,8 @@ def _agent(conf):
     its cache read from the state path (a restart reads it again)."""
     cache = agent_cache.AgentCache.load(agent_cache.cache_path(conf))
     tracker = resource_tracker.ResourceTracker(
-        conf, [], conductor_manager.ConductorManager(conf), cache=cache)
+        conf, [], InProcess(conductor_manager.ConductorManager(conf)),
+        cache=cache)
     return tracker, driver_control.DriverControl.start(conf, tracker)
 
 

@@ -20,6 +20,7 @@ from cyborg.conductor import manager as conductor_manager
 from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.db.api import drivers
 from cyborg.tests.unit.test_resource_tracker import FlakyDriver
+from cyborg.tests.utils import InProcess
 from cyborg.tests.utils import count_writes
 
 HOST = 'cmp1'
@@ -40,7 +41,7 @@ def agent(conf, db_engine, clock):
     flaky = FlakyDriver(conf)
     tracker = resource_tracker.ResourceTracker(
         conf, [fake.FakeDriver(conf), flaky],
-        conductor_manager.ConductorManager(conf))
+        InProcess(conductor_manager.ConductorManager(conf)))
     return tracker, flaky
 
 

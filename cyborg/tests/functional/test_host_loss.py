@@ -34,6 +34,7 @@ from cyborg.db.api import inventory
 from cyborg.db.api import services
 from cyborg.tests.fakes import fixtures
 from cyborg.tests.harness import placement_server
+from cyborg.tests.utils import InProcess
 from cyborg.tests.utils import wait_for
 
 AH = models.AttachHandle
@@ -43,7 +44,7 @@ class DirectConductor:
     """The agent's conductor client, calling the conductor in process."""
 
     def __init__(self) -> None:
-        self.conductor: conductor_manager.ConductorManager | None = None
+        self.conductor: InProcess | None = None
 
     def report_data(self, context, host, report):
         return self.conductor.report_data(context, host, report)
@@ -59,7 +60,7 @@ class EdgeAgent:
     """The agent RPC client: the real agent manager, ``down``, or
     ``silent`` (each call waits for ``gate``, then times out)."""
 
-    def __init__(self, manager: agent_manager.AgentManager) -> None:
+    def __init__(self, manager: InProcess) -> None:
         self.manager = manager
         self.mode = 'up'
         self.calls: list[str] = []
@@ -106,9 +107,9 @@ class Host:
             conf, [self.driver], direct,
             cache=agent_cache.AgentCache(str(tmp_path / 'cache.json')))
         self.agent = EdgeAgent(
-            agent_manager.AgentManager(conf, tracker, direct))
-        self.conductor = conductor_manager.ConductorManager(
-            conf, agent_api=self.agent)
+            InProcess(agent_manager.AgentManager(conf, tracker, direct)))
+        self.conductor = InProcess(conductor_manager.ConductorManager(
+            conf, agent_api=self.agent))
         direct.conductor = self.conductor
         tracker.update(force=True)
         self.alive()

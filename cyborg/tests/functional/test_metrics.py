@@ -286,8 +286,7 @@ def test_conductor_service_serves_metrics_only_when_asked(conf,
                          result='bound')
         finally:
             svc.stop()
-            for endpoint in svc.endpoints:
-                endpoint.binder.stop()
+            svc.conductor.binder.stop()
         assert not listening(port)
         with pytest.raises(urllib.error.URLError):
             scrape(port)

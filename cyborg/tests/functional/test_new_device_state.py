@@ -11,6 +11,7 @@ from cyborg.conductor import manager as conductor_manager
 from cyborg.db.api import devices as devices_api
 from cyborg.db.api import inventory
 from cyborg.db.api import providers
+from cyborg.tests.utils import InProcess
 
 HOST = 'cmp1'
 NODE = 'cmp1.example'
@@ -22,7 +23,7 @@ def tracker(conf, db_engine):
     (its report_data has the RPC client's signature)."""
     conf.set_override('host', HOST)
     conf.set_override('hostname', NODE, 'agent')
-    conductor = conductor_manager.ConductorManager(conf)
+    conductor = InProcess(conductor_manager.ConductorManager(conf))
     return resource_tracker.ResourceTracker(conf, [fake.FakeDriver(conf)],
                                             conductor)
 

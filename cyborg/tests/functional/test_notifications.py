@@ -29,6 +29,7 @@ from cyborg.db.api import arqs
 from cyborg.db.api import device_profiles
 from cyborg.db.api import inventory
 from cyborg.tests.fakes import fixtures
+from cyborg.tests.utils import InProcess
 from cyborg.tests.utils import wait_for
 
 SAMPLES = pathlib.Path(__file__).parents[3] / 'doc' / 'notification_samples'
@@ -118,7 +119,7 @@ def manager(notifying, sqlite_engine, fake_nova):
     fixtures.nova_conf(notifying, fake_nova)
     made = conductor_manager.ConductorManager(notifying,
                                               agent_api=FakeAgent())
-    yield made
+    yield InProcess(made)
     made.binder.stop()
 
 
@@ -288,8 +289,8 @@ def test_a_broker_that_is_down_fails_nothing(notifying, sqlite_engine,
     notifying.set_override(
         'transport_url', f'rabbit://guest:guest@127.0.0.1:{_closed_port()}/',
         notifications.GROUP)
-    manager = conductor_manager.ConductorManager(notifying,
-                                                 agent_api=FakeAgent())
+    manager = InProcess(conductor_manager.ConductorManager(
+        notifying, agent_api=FakeAgent()))
     ctx = cyborg_context.get_admin_context()
     caplog.set_level(logging.DEBUG)
     started = time.monotonic()
@@ -319,7 +320,7 @@ def test_a_broker_that_is_down_fails_nothing(notifying, sqlite_engine,
 
 def test_noop_sends_nothing(notifying, listener, sqlite_engine):
     notifying.set_override('driver', ['noop'], notifications.GROUP)
-    manager = conductor_manager.ConductorManager(notifying)
+    manager = InProcess(conductor_manager.ConductorManager(notifying))
     try:
         assert not manager.notifier.enabled
         ctx = cyborg_context.get_admin_context()

@@ -20,6 +20,7 @@ from cyborg.db.api import device_profiles
 from cyborg.db.api import inventory
 from cyborg.db.api import providers
 from cyborg.tests.harness import placement_server
+from cyborg.tests.utils import InProcess
 
 
 class Clock:
@@ -115,7 +116,7 @@ def test_allocation_candidates_find_our_providers(conf, sync, placement,
 def test_disable_and_enable_set_reserved(conf, placement_url, db_engine,
                                          placement, node):
     placement_server.point_at(conf, placement_url)
-    conductor = conductor_manager.ConductorManager(conf)
+    conductor = InProcess(conductor_manager.ConductorManager(conf))
     ctx = cyborg_context.get_admin_context()
     answer = conductor.report_data(ctx, f'agent-{node["name"]}',
                                    _report(conf, node['name'], devices=1))
@@ -275,7 +276,7 @@ def test_pending_hosts_reach_placement_soon_after_an_outage(
     relay.open()
     placement_server.point_at(conf, relay.url)
     svc = conductor_service.build(conf)
-    conductor = svc.endpoints[0]
+    conductor = InProcess(svc.conductor, svc.endpoints)
     ctx = cyborg_context.get_admin_context()
     report = _report(conf, node['name'], devices=1)
     assert conductor.report_data(ctx, conf.host, report)[

@@ -46,7 +46,7 @@ def rabbit_rpc(conf, rabbit_url):
 def conductor(conf, rabbit_rpc, db_engine):
     svc = rpc_service.RPCService(
         rpc.CONDUCTOR_TOPIC, 'ctl-test',
-        [conductor_manager.ConductorManager(conf)])
+        conductor_manager.ConductorManager(conf).endpoints())
     svc.start()
     yield svc
     svc.stop()
@@ -109,7 +109,7 @@ def test_conductor_asks_agent_to_discover(conf, conductor, db_engine):
         conf, [fake.FakeDriver(conf)], conductor_api)
     agent = rpc_service.RPCService(
         rpc.AGENT_TOPIC, 'cmp7',
-        [agent_manager.AgentManager(conf, tracker, conductor_api)])
+        agent_manager.AgentManager(conf, tracker, conductor_api).endpoints())
     agent.start()
     try:
         ctx = cyborg_context.get_admin_context()
@@ -169,7 +169,7 @@ def test_the_first_report_is_retried_until_a_conductor_takes_it(
         assert inventory.get_host_devices(ctx, 'cmp-early') == []
         conductor = rpc_service.RPCService(
             rpc.CONDUCTOR_TOPIC, 'ctl-late',
-            [conductor_manager.ConductorManager(conf)])
+            conductor_manager.ConductorManager(conf).endpoints())
         conductor.start()
         try:
             devices = utils.wait_for(

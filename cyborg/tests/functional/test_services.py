@@ -10,6 +10,7 @@ from cyborg.conductor import heartbeats
 from cyborg.conductor import manager as conductor_manager
 from cyborg.db import models
 from cyborg.db.api import services
+from cyborg.tests.utils import InProcess
 
 
 def test_heartbeat_registers_then_refreshes(db_engine):
@@ -162,8 +163,9 @@ def test_conductor_writes_heartbeats_in_batches(conf, db_engine):
     """Taken by RPC, written by the batch's flush (here at the stop, as
     the thread's next flush is an hour away); the last beat of a host
     counts; invalid ones never reach the batch."""
-    conductor = conductor_manager.ConductorManager(conf)
-    conductor.heartbeats = heartbeats.HeartbeatBatch(interval=3600)
+    parts = conductor_manager.ConductorManager(conf)
+    parts.heartbeats = heartbeats.HeartbeatBatch(interval=3600)
+    conductor = InProcess(parts)
     ctx = cyborg_context.get_admin_context()
     conductor.service_heartbeat(ctx, 'h1', 'cyborg-agent', '1.0', 'n1')
     conductor.service_heartbeat(ctx, 'h1', 'cyborg-agent', '1.1', 'n1')

@@ -15,6 +15,7 @@ from cyborg.db import models
 from cyborg.db.api import devices
 from cyborg.db.api import inventory
 from cyborg.tests.harness import simulated_hosts
+from cyborg.tests.utils import InProcess
 
 HOST = simulated_hosts.agent_host('node1')
 LONG_AGO = datetime.datetime(2020, 1, 1)
@@ -29,7 +30,7 @@ def report(conf):
 
 @pytest.fixture
 def manager(conf, db_engine):
-    return conductor_manager.ConductorManager(conf)
+    return InProcess(conductor_manager.ConductorManager(conf))
 
 
 def _age(engine: sa.engine.Engine) -> None:
@@ -126,7 +127,7 @@ def test_another_conductors_report_in_between(conf, manager, db_engine,
     """The host's next report went to another conductor and removed a
     device; the same first report again brings it back."""
     _settled(manager, db_engine, report)
-    other = conductor_manager.ConductorManager(conf)
+    other = InProcess(conductor_manager.ConductorManager(conf))
     fewer = dict(report, devices=report['devices'][1:])
     assert _send(other, fewer)['devices_removed'] == 1
     assert _send(manager, report)['devices_added'] == 1

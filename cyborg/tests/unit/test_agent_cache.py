@@ -17,6 +17,7 @@ from cyborg.agent import service as agent_service
 from cyborg.common import exception
 from cyborg.common import rpc
 from cyborg.common import rpc_service
+from cyborg.tests.utils import InProcess
 
 MDEV_A = '0b5e2c1a-7d4f-4f0e-9a61-3c2d1e0f9a01'
 MDEV_B = '0b5e2c1a-7d4f-4f0e-9a61-3c2d1e0f9a02'
@@ -57,8 +58,8 @@ class Agent:
         self.cache = agent_cache.AgentCache.load(path)
         self.tracker = resource_tracker.ResourceTracker(
             conf, [self.driver], self.conductor, cache=self.cache)
-        self.manager = agent_manager.AgentManager(
-            conf, self.tracker, self.conductor, glance=object())
+        self.manager = InProcess(agent_manager.AgentManager(
+            conf, self.tracker, self.conductor, glance=object()))
 
 
 class StubConductorEndpoint:
@@ -458,7 +459,7 @@ def test_programmed_bitstreams_are_recorded(conf, path, tmp_path):
             return str(image)
 
     agent = Agent(conf, path)
-    agent.manager.glance = Glance()
+    agent.manager.host.glance = Glance()
     card = [d for d in agent.driver.discover() if d.type == 'FPGA'][0]
     image = str(uuid.uuid4())
     agent.manager.program_fpga(

@@ -48,6 +48,7 @@ _AGENT = textwrap.dedent('''
 
     import cyborg.cmd.agent  # noqa: F401  (first, as the agent does)
     import cyborg.agent.manager  # noqa: F401
+    import cyborg.agent.endpoints  # noqa: F401
     import cyborg.agent.resource_tracker  # noqa: F401
     import cyborg.agent.service  # noqa: F401
 

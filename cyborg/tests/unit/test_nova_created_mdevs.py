@@ -22,6 +22,7 @@ from cyborg.db.api import attach_handles
 from cyborg.tests.harness import sysfs_kernel
 from cyborg.tests.harness.sysfs import SysfsTree
 from cyborg.tests.harness.sysfs import pci_parts as _pci
+from cyborg.tests.utils import InProcess
 
 T4 = '0000:af:00.0'
 T4_TYPES = [('nvidia-222', 'GRID T4-1B', 4), ('nvidia-223', 'GRID T4-2B', 2)]
@@ -202,8 +203,8 @@ def test_the_agent_leaves_novas_mdevs_alone_at_start(
     cache = AgentCache.load(str(tmp_path / 'cache.json'))
     tracker = resource_tracker.ResourceTracker(host_conf, [driver],
                                                conductor, cache=cache)
-    agent = agent_manager.AgentManager(host_conf, tracker, conductor,
-                                       glance=object())
+    agent = InProcess(agent_manager.AgentManager(host_conf, tracker,
+                                                 conductor, glance=object()))
     ctx = cyborg_context.get_admin_context()
     # A conductor of an older release asking anyway is refused, and the
     # agent records nothing to restore.

@@ -40,6 +40,8 @@ def version(v: str, headers: dict[str, str] | None = None
                                      f'accelerator {v}'})
 
 _AGENTS: dict[int, dict[str, rpc_service.RPCService]] = {}
+# The parts of each agent of _AGENTS, as start_agent returns them.
+_AGENT_PARTS: dict[int, dict[str, agent_manager.AgentManager]] = {}
 
 
 @dataclasses.dataclass
@@ -49,6 +51,8 @@ class API:
     app: webtest.TestApp
     conf: Any
     conductor: rpc_service.RPCService
+    # The parts the conductor's endpoints serve.
+    conductor_parts: manager.ConductorManager
 
     @property
     def agents(self) -> dict[str, rpc_service.RPCService]:
@@ -62,19 +66,23 @@ class API:
         self.conductor.stop()
 
     def start_agent(self, host: str) -> agent_manager.AgentManager:
-        """The agent of ``host`` over the fake driver, serving RPC."""
+        """The agent of ``host`` over the fake driver, serving RPC; its
+        parts (started once)."""
         if host not in self.agents:
             conductor_api = conductor_rpcapi.ConductorAPI(self.conf)
             tracker = resource_tracker.ResourceTracker(
                 self.conf, [fake.FakeDriver(self.conf)], conductor_api)
             manager = agent_manager.AgentManager(self.conf, tracker,
                                                  conductor_api)
-            agent = rpc_service.RPCService(rpc.AGENT_TOPIC, host, [manager])
+            agent = rpc_service.RPCService(rpc.AGENT_TOPIC, host,
+                                           manager.endpoints())
             agent.start()
             self.agents[host] = agent
-        return self.agents[host].endpoints[0]
+            _AGENT_PARTS.setdefault(id(self.conf), {})[host] = manager
+        return _AGENT_PARTS[id(self.conf)][host]
 
     def stop_agents(self) -> None:
+        _AGENT_PARTS.pop(id(self.conf), None)
         for agent in _AGENTS.pop(id(self.conf), {}).values():
             agent.stop()
 
@@ -119,10 +127,12 @@ def _api(conf, engine) -> Iterator[API]:
     conf.set_override('auth_strategy', 'noauth', 'api')
     rpc.set_defaults(control_exchange=f'cyborg-api-{uuid.uuid4().hex[:8]}')
     rpc.init(conf, url='fake://')
+    parts = manager.ConductorManager(conf)
     conductor = rpc_service.RPCService(rpc.CONDUCTOR_TOPIC, 'test-conductor',
-                                       [manager.ConductorManager(conf)])
+                                       parts.endpoints())
     conductor.start()
-    running = API(webtest.TestApp(app.setup_app(conf)), conf, conductor)
+    running = API(webtest.TestApp(app.setup_app(conf)), conf, conductor,
+                  parts)
     try:
         yield running
     finally:

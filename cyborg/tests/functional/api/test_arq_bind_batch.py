@@ -20,6 +20,7 @@ from cyborg.db.api import arqs
 from cyborg.tests.fakes.fixtures import nova_conf
 from cyborg.tests.functional.api.fixtures import SERVICE
 from cyborg.tests.functional.clients.conftest import live_api  # noqa: F401
+from cyborg.tests.utils import serving
 
 
 def _wait_until(predicate, timeout: float = 10) -> None:
@@ -58,7 +59,7 @@ def seeded(api_all_dbs, fake_nova):
 def test_waiting_patches_go_in_one_call(seeded, db_engine, fake_nova,
                                         monkeypatch):
     api, rp_uuid, created = seeded
-    endpoint = api.conductor.endpoints[0]
+    endpoint = serving(api.conductor.endpoints, 'arq_apply_patch')
     calls: list[tuple[str, int]] = []
     go = threading.Event()
     single, many = endpoint.arq_apply_patch, endpoint.arq_apply_patches
@@ -229,7 +230,7 @@ def test_a_refused_patch_leaves_its_neighbours_whole(
 def test_an_older_conductor_gets_each_patch_alone(seeded, db_engine,
                                                   monkeypatch):
     api, rp_uuid, created = seeded
-    endpoint = api.conductor.endpoints[0]
+    endpoint = serving(api.conductor.endpoints, 'arq_apply_patch')
 
     def refused(context, patches):
         raise AssertionError('not to be called')
@@ -250,7 +251,7 @@ def test_an_older_conductor_gets_each_patch_alone(seeded, db_engine,
 def test_a_failed_batch_call_raises_the_conductors_error(seeded,
                                                          monkeypatch):
     api, rp_uuid, created = seeded
-    endpoint = api.conductor.endpoints[0]
+    endpoint = serving(api.conductor.endpoints, 'arq_apply_patch')
 
     def broken(context, patches):
         raise exception.ServiceUnavailable(reason='database gone')
@@ -311,7 +312,7 @@ def test_waiting_deletes_go_in_one_call(seeded, db_engine, monkeypatch):
         arq_bindings.apply_patch(
             ctx, {arq: _binding('cmp1', rp_uuid, instances[arq])}, [])
     first, mine, theirs, by_uuid = created[:4]
-    endpoint = api.conductor.endpoints[0]
+    endpoint = serving(api.conductor.endpoints, 'arq_apply_patch')
     calls: list[tuple[str, int]] = []
     go = threading.Event()
     single, many = endpoint.arq_delete, endpoint.arq_delete_many

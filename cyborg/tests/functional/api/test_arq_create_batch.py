@@ -15,6 +15,7 @@ from cyborg.conductor import rpcapi
 from cyborg.db import models
 from cyborg.tests.functional.api.fixtures import ADMIN
 from cyborg.tests.functional.clients.conftest import live_api  # noqa: F401
+from cyborg.tests.utils import serving
 
 
 def _wait_until(predicate, timeout: float = 10) -> None:
@@ -37,7 +38,7 @@ def test_waiting_creates_go_in_one_call(api_all_dbs, db_engine,
     api = api_all_dbs
     api.dp('one')
     api.dp('three', [{'resources:FPGA': '2'}, {'resources:FPGA': '1'}])
-    endpoint = api.conductor.endpoints[0]
+    endpoint = serving(api.conductor.endpoints, 'arq_create')
     calls: list[tuple[str, int]] = []
     go = threading.Event()
     single, many = endpoint.arq_create, endpoint.arq_create_many
@@ -99,7 +100,7 @@ def test_a_failed_batch_call_raises_the_conductors_error(api, monkeypatch):
     """What fails the whole call reaches the Coalescer, which gives it to
     every caller of the batch."""
     api.dp('one')
-    endpoint = api.conductor.endpoints[0]
+    endpoint = serving(api.conductor.endpoints, 'arq_create')
 
     def broken(context, requests):
         raise exception.ServiceUnavailable(reason='database gone')

@@ -176,7 +176,7 @@ def test_maintenance_then_retry_cleans(api):
     assert handle['clean_since'].endswith('+00:00')
     assert _uuids(api, '?clean_state=maintenance') == [handle['uuid']]
     assert handle['uuid'] not in _uuids(api, '?clean_state=none')
-    agent = api.agents['cmp1'].endpoints[0]
+    agent = api.start_agent('cmp1')
     driver = next(iter(agent.tracker.drivers))
     cleans = len([c for c in driver.lifecycle_calls
                   if c['action'] == 'clean'])

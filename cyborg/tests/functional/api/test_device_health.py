@@ -175,7 +175,7 @@ def test_placement_follows(placed_api, placement):
     api = placed_api
     node = placement.create_compute_node()
     device = api.seed('cmp1', count=1, hostname=node['name'])[0]
-    conductor = api.conductor.endpoints[0]
+    conductor = api.conductor_parts
     assert conductor.sync_placement(node['name']) == 0
     rp = device['deployables'][0]['rp_uuid']
     total = placement.inventories(rp)['FPGA']['total']

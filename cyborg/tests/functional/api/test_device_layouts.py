@@ -42,8 +42,8 @@ def test_layout_round_trip(api, gpu):
         VGPUS, 'applied', None, None)
     assert device['layout_changed_at'] is not None
     # The agent reported the device as it now is: two vGPU handles.
-    agent = api.agents['cmp1'].endpoints[0]
-    assert agent.cache.layouts[0]['layout'] == VGPUS
+    agent = api.start_agent('cmp1')
+    assert agent.tracker.cache.layouts[0]['layout'] == VGPUS
     shown = api.app.get(f'/v2/devices/{uuid}', headers=V28).json
     assert shown['layout'] == VGPUS
     # Below 2.8 the fields are not shown and the path does not exist.
@@ -55,7 +55,7 @@ def test_layout_round_trip(api, gpu):
     cleared = api.app.delete(f'/v2/devices/{uuid}/layout',
                              headers=V28).json
     assert (cleared['layout'], cleared['layout_state']) == (None, None)
-    assert agent.cache.layouts == []
+    assert agent.tracker.cache.layouts == []
 
 
 @pytest.mark.parametrize('body, says', [
@@ -117,9 +117,9 @@ def test_a_layout_set_while_disabled_is_applied_by_enable(api, gpu):
                               headers=V28).json
     assert (device['status'], device['layout'], device['layout_state']) == (
         'maintaining', VGPUS, 'pending')
-    agent = api.agents['cmp1'].endpoints[0]
-    assert agent.cache.layouts == []
+    agent = api.start_agent('cmp1')
+    assert agent.tracker.cache.layouts == []
     api.app.post(f'/v2/devices/{uuid}/enable', headers=V28, status=200)
     shown = api.app.get(f'/v2/devices/{uuid}', headers=V28).json
     assert (shown['status'], shown['layout_state']) == ('enabled', 'applied')
-    assert agent.cache.layouts[0]['layout'] == VGPUS
+    assert agent.tracker.cache.layouts[0]['layout'] == VGPUS

@@ -234,7 +234,7 @@ def test_a_request_bound_as_the_driver_goes_off_stays_bound(agent):
     busy, idle = _devices()
     arq = _bind(api, busy['deployables'][0]['rp_uuid'])
     # The agent turns the driver off as the conductor had allowed it.
-    svc.agent.driver_control.set_enabled('fake_driver', False)
+    svc.agent.host.driver_control.set_enabled('fake_driver', False)
 
     shown = api.app.get(f'/v2/accelerator_requests/{arq}', headers=V28).json
     assert shown['state'] == 'Bound' and shown['attach_handle_info']
@@ -254,13 +254,13 @@ def test_a_request_bound_as_the_driver_goes_off_stays_bound(agent):
     assert refused.status_int >= 400
     assert 'its driver fake is disabled on cmp8' in refused.text
 
-    svc.agent.driver_control.set_enabled('fake_driver', True)
+    svc.agent.host.driver_control.set_enabled('fake_driver', True)
     assert api.app.get(f'/v2/accelerator_requests/{arq}',
                        headers=V28).json['state'] == 'Bound'
     assert [d['uuid'] for d in _devices()] == [busy['uuid'], idle['uuid']]
     # Off again while bound: the request can still be deleted, and the
     # device stays, reserved.
-    svc.agent.driver_control.set_enabled('fake_driver', False)
+    svc.agent.host.driver_control.set_enabled('fake_driver', False)
     api.app.delete(f'/v2/accelerator_requests?arqs={arq}',
                    headers=dict(SERVICE, **V28), status=204)
     assert [d['uuid'] for d in _devices()] == [busy['uuid'], idle['uuid']]

@@ -43,9 +43,8 @@ def agent(api):
     conductor_api = conductor_rpcapi.ConductorAPI(api.conf)
     tracker = resource_tracker.ResourceTracker(
         api.conf, [fake.FakeDriver(api.conf)], conductor_api)
-    svc = rpc_service.RPCService(
-        rpc.AGENT_TOPIC, HOST,
-        [agent_manager.AgentManager(api.conf, tracker, conductor_api)])
+    agent = agent_manager.AgentManager(api.conf, tracker, conductor_api)
+    svc = rpc_service.RPCService(rpc.AGENT_TOPIC, HOST, agent.endpoints())
     svc.start()
     _register()
     try:

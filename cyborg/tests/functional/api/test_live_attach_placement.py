@@ -27,6 +27,7 @@ from cyborg.tests.functional.api.fixtures import ADMIN
 from cyborg.tests.functional.api.fixtures import user
 from cyborg.tests.functional.api.fixtures import version
 from cyborg.tests.harness import placement_server
+from cyborg.tests.utils import InProcess
 from cyborg.tests.utils import wait_for
 
 ARQS = '/v2/accelerator_requests'
@@ -59,7 +60,8 @@ class Cloud:
 
     @property
     def conductor(self):
-        return self.api.conductor.endpoints[0]
+        return InProcess(self.api.conductor_parts,
+                         self.api.conductor.endpoints)
 
     def create(self, headers=NOVA) -> str:
         [arq] = self.app.post_json(ARQS, {'device_profile_name': 'one-fpga'},

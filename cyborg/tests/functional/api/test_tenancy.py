@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from cyborg.common import rpc
 from cyborg.common import rpc_service
 from cyborg.conductor import manager
+from cyborg.conductor.endpoints import arqs as arqs_endpoint
 from cyborg.db import models
 from cyborg.tests.functional.api.fixtures import ADMIN
 from cyborg.tests.functional.api.fixtures import SERVICE
@@ -312,13 +313,28 @@ def test_an_instance_in_another_uuid_form_is_the_same_instance(tenants):
     assert tenants.a_arq['uuid'] not in tenants.uuids()
 
 
-class OldConductor(manager.ConductorManager):
-    """A conductor of RPC 1.6: delete by instance takes no project."""
+OLD_TARGET = messaging.Target(version='1.6')
 
-    target = messaging.Target(version='1.6')
+
+class OldArqs(arqs_endpoint.ArqEndpoint):
+    """Accelerator requests at RPC 1.6: delete by instance takes no
+    project."""
+
+    target = OLD_TARGET
 
     def arq_delete(self, context, uuids=None, instance_uuid=None):
         return super().arq_delete(context, uuids, instance_uuid)
+
+
+def _old_conductor(conf):
+    """The endpoints of a conductor of RPC 1.6: every endpoint at 1.6, as
+    a conductor of that release serves them."""
+    parts = manager.ConductorManager(conf)
+    endpoints = parts.endpoints()
+    for endpoint in endpoints:
+        endpoint.target = OLD_TARGET
+    return [OldArqs(parts.binder, parts.notifier) if hasattr(e, 'arq_delete')
+            else e for e in endpoints]
 
 
 @pytest.mark.parametrize('cap', [None, '1.6'])
@@ -330,7 +346,7 @@ def test_old_conductors_delete_by_instance_within_the_project(
     api.conf.set_override('require_service_token', False, 'api')
     api.stop_conductor()
     old = rpc_service.RPCService(rpc.CONDUCTOR_TOPIC, 'old-conductor',
-                                 [OldConductor(api.conf)])
+                                 _old_conductor(api.conf))
     old.start()
     try:
         if cap:

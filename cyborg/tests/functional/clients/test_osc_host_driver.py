@@ -10,6 +10,7 @@ from cyborg.tests.functional.api.test_hosts import agent  # noqa: F401
 from cyborg.tests.functional.clients.test_osc_plugin import _calls
 from cyborg.tests.functional.clients.test_osc_plugin import _json
 from cyborg.tests.functional.clients.test_osc_plugin import _run
+from cyborg.tests.utils import serving
 
 VERSION = importlib.metadata.version('cyborg')
 
@@ -27,7 +28,8 @@ def test_list_disable_enable_reload(live_api, agent, tmp_path):  # noqa: F811
         'Enabled': True, 'State': None, 'Error': None}
     assert rows['intel_qat']['Enabled'] is False
 
-    agent.endpoints[0].tracker.update(force=True)
+    serving(agent.endpoints, 'discover').discover(
+        cyborg_context.get_admin_context())
     before = _devices()
     assert len(before) == 2
     shown = _json(live_api, tmp_path, 'accelerator', 'host', 'driver',
