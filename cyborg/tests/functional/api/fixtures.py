@@ -138,6 +138,9 @@ def _api(conf, engine) -> Iterator[API]:
     finally:
         running.stop_agents()
         conductor.stop()
+        # As the conductor service stops: no heartbeat of this test's
+        # agents, retried by the batch's thread, reaches the next test.
+        parts.heartbeats.stop()
         rpc.cleanup()
         rpc.set_defaults()
 
