@@ -80,17 +80,19 @@ class ConductorManager:
 
     def endpoints(self) -> list[object]:
         """The RPC endpoints, one per noun, over these parts."""
+        # The dispatcher tries them in turn: the busiest first (agents'
+        # heartbeats and reports, then the API's binds and creates).
         return [
             hosts.HostEndpoint(self.conf, self.reports, self.heartbeats,
                                self.notifier, self.sync_placement,
                                self.agent_api),
-            host_driver_endpoint.HostDriverEndpoint(self.host_drivers),
-            device_profiles.DeviceProfileEndpoint(),
             arqs.ArqEndpoint(self.binder, self.notifier),
             devices.DeviceEndpoint(self.layouts, self.notifier,
                                    self.sync_placement),
+            attach_handles.AttachHandleEndpoint(self.cleaner),
+            device_profiles.DeviceProfileEndpoint(),
+            host_driver_endpoint.HostDriverEndpoint(self.host_drivers),
             attributes.AttributeEndpoint(),
             deployables.DeployableEndpoint(self.conf, self.agent_api,
                                            self.notifier),
-            attach_handles.AttachHandleEndpoint(self.cleaner),
         ]
