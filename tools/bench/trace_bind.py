@@ -151,8 +151,9 @@ def trace(workdir: str) -> set[types.CodeType]:
     engines = conftest.migrated_engine(url)
     engine = next(engines)
     rpc.init(conf, url='fake://')
-    conductor = rpc_service.RPCService(rpc.CONDUCTOR_TOPIC, 'conductor',
-                                       [manager.ConductorManager(conf)])
+    conductor = rpc_service.RPCService(
+        rpc.CONDUCTOR_TOPIC, 'conductor',
+        manager.ConductorManager(conf).endpoints())
     conductor.start()
     web = webtest.TestApp(app.setup_app(conf))
     rp = _seed(conf)
