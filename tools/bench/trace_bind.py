@@ -122,8 +122,9 @@ def _seed(conf: cfg.ConfigOpts) -> dict[str, str]:
         'hostname': HOST, 'devices': [d.to_dict() for d in driver.discover()]})
     conductor_api = conductor_rpcapi.ConductorAPI(conf)
     tracker = resource_tracker.ResourceTracker(conf, [driver], conductor_api)
-    agent = rpc_service.RPCService(rpc.AGENT_TOPIC, HOST, [
-        agent_manager.AgentManager(conf, tracker, conductor_api)])
+    agent = rpc_service.RPCService(
+        rpc.AGENT_TOPIC, HOST,
+        agent_manager.AgentManager(conf, tracker, conductor_api).endpoints())
     agent.start()
     return {d['type']: d['deployables'][0]['rp_uuid']
             for d in inventory.get_host_devices(ctx, HOST)}
