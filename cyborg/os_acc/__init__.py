@@ -1,4 +1,9 @@
-"""os-acc: the library nova-compute calls to attach accelerators.
+"""os-acc: the library a compute host calls to attach accelerators.
+
+No released Nova calls it: Nova 34's libvirt driver reads the bound
+requests through its own cyborg client and writes the ``<hostdev>``
+elements itself. It serves a virt driver or host agent written to use
+it, and anything that attaches accelerators to guests it manages.
 
 Call :func:`initialize` once, then :func:`plug` with all of an instance's
 bound accelerator requests before the guest is built, and :func:`unplug`
