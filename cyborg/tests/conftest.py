@@ -96,6 +96,13 @@ def require_module(name: str) -> None:
         _skip_or_fail(f'{name} is not installed (test-requirements.txt)')
 
 
+def require_command(name: str, found: str | None) -> None:
+    """Skip, or fail when the machine services are required, when the
+    command ``name`` of test-requirements.txt was not ``found``."""
+    if found is None:
+        _skip_or_fail(f'{name} is not installed (test-requirements.txt)')
+
+
 class _ServerDatabase:
     """A throw-away database on a real server, created and dropped here."""
 

@@ -14,6 +14,7 @@ from cyborg import context as cyborg_context
 from cyborg.db import migration
 from cyborg.db.api import inventory
 from cyborg.db.api import services
+from cyborg.tests import conftest
 from cyborg.tests import utils
 from cyborg.tests.harness import gate_stack
 
@@ -237,8 +238,7 @@ def test_wsgi_module_under_uwsgi(tmp_path, rabbit_url, db_engine,
     conf_file = _uwsgi_conf(tmp_path, rabbit_url, empty_db_url)
     command = utils.uwsgi_command(str(tmp_path / 'api-uwsgi.ini'),
                                   conf_file, port, 2, 4)
-    if command is None:
-        pytest.skip('uwsgi is not installed (test-requirements.txt)')
+    conftest.require_command('uwsgi', command)
     conductor = _start('cyborg.cmd.conductor', conf_file,
                        tmp_path / 'conductor.log')
     api = subprocess.Popen(command,

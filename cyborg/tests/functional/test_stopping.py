@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 import cyborg
+from cyborg.tests import conftest
 from cyborg.tests.functional.test_processes import _alive
 from cyborg.tests.functional.test_processes import _children
 from cyborg.tests.functional.test_processes import _start
@@ -226,8 +227,7 @@ def test_uwsgi_as_the_guide_sets_it_up_stops_at_once(
     uwsgi's SIGINT for a failed import and lived on."""
     uwsgi = (shutil.which('uwsgi', path=os.path.dirname(sys.executable))
              or shutil.which('uwsgi'))
-    if uwsgi is None:
-        pytest.skip('uwsgi is not installed (test-requirements.txt)')
+    conftest.require_command('uwsgi', uwsgi)
     port = gate_stack.free_port()
     conf_file = _uwsgi_conf(tmp_path, rabbit_url, empty_db_url)
     ini = tmp_path / 'cyborg-api-uwsgi.ini'

@@ -62,6 +62,25 @@ def test_an_unreachable_service_fails_when_required(required):
         conftest.unavailable('RabbitMQ', 'refused')
 
 
+def test_a_missing_command_skips(not_required):
+    with pytest.raises(pytest.skip.Exception,
+                       match='^uwsgi is not installed'):
+        conftest.require_command('uwsgi', None)
+
+
+def test_a_missing_command_fails_when_required(required):
+    with pytest.raises(pytest.fail.Exception,
+                       match=r'^uwsgi is not installed \(test-requirements'
+                             r'.txt\) \(CYBORG_TEST_REQUIRE_SERVICES=1\)$'):
+        conftest.require_command('uwsgi', None)
+
+
+@pytest.mark.parametrize('env', ['required', 'not_required'])
+def test_a_found_command_neither_skips_nor_fails(request, env):
+    request.getfixturevalue(env)
+    assert conftest.require_command('uwsgi', '/usr/bin/uwsgi') is None
+
+
 def _import_time_skips(tree: ast.AST) -> list[tuple[int, str]]:
     """(line, call) of each skip in ``tree`` that runs at import, and of
     each call asking for a module-level skip wherever it is."""
