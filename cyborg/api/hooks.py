@@ -31,9 +31,6 @@ class ConfigHook(hooks.PecanHook):
         state.request.enforcer = self.enforcer
 
 
-Made = TypeVar('Made')
-
-
 class ContextHook(hooks.PecanHook):
     """Builds ``request.context`` from the headers auth middleware set."""
 
@@ -42,6 +39,9 @@ class ContextHook(hooks.PecanHook):
             state.request.environ)
         context.is_admin = 'admin' in (context.roles or [])
         state.request.context = context
+
+
+Made = TypeVar('Made')
 
 
 class _Lazy(Generic[Made]):

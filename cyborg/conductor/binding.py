@@ -59,6 +59,7 @@ class Binder:
     def __init__(self, conf: cfg.ConfigOpts,
                  executor: futurist.ThreadPoolExecutor,
                  hosts: device_side.DeviceSide,
+                 notices: bind_notices.BindNotices,
                  nova: nova_client.NovaClient | None = None,
                  glance: glance_client.GlanceClient | None = None,
                  allocations: live_allocations.LiveAllocations | None = None
@@ -73,7 +74,7 @@ class Binder:
         self.nova = nova or nova_client.NovaClient(conf)
         self.glance = glance or glance_client.GlanceClient(conf)
         self.executor = executor
-        self.notices = bind_notices.BindNotices(conf)
+        self.notices = notices
         self.bind_durations = conductor_metrics.BindDurations()
         self.outbox = nova_outbox.NovaOutbox(conf, self.nova,
                                              self._failures_ended)

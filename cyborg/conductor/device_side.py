@@ -75,13 +75,14 @@ class DeviceSide:
     def __init__(self, conf: cfg.ConfigOpts,
                  executor: futurist.ThreadPoolExecutor,
                  agent_api: Callable[[], agent_rpcapi.AgentAPI],
-                 cleaner: conductor_cleaning.Cleaner) -> None:
+                 cleaner: conductor_cleaning.Cleaner,
+                 notices: bind_notices.BindNotices) -> None:
         self.conf = conf
         self.executor = executor
         # Called at each use: the client is made at the first.
         self.agent_api = agent_api
         self.cleaner = cleaner
-        self.notices = bind_notices.BindNotices(conf)
+        self.notices = notices
 
     # Binds
 
@@ -189,8 +190,9 @@ class DeviceSide:
         A host whose agent's service record says it is down is not asked
         (nothing waits for an RPC timeout): its handles stay released,
         reserved in placement, until the agent, starting again, removes
-        what no request holds (``ConductorManager.mdevs_removed``) or the
-        stale sweep finds the agent back."""
+        what no request holds (``mdevs_removed`` of
+        ``endpoints.attach_handles``) or the stale sweep finds the agent
+        back."""
         context = cyborg_context.get_admin_context()
         down = services.down_agents(
             context, sorted({h['host'] for h in released}),

@@ -8,6 +8,7 @@ from oslo_config import cfg
 
 from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import notifications
+from cyborg.conductor import bind_notices
 from cyborg.conductor import binding
 from cyborg.conductor import cleaning
 from cyborg.conductor import device_side
@@ -55,9 +56,12 @@ class ConductorManager:
             max_workers=conf.conductor.bind_workers)
         self.cleaner = cleaning.Cleaner(conf, workers, self.agent_api,
                                         self.sync_placement)
+        # One sender of the notifications of binds, for both halves.
+        notices = bind_notices.BindNotices(conf)
         self.binder = binding.Binder(
             conf, workers, device_side.DeviceSide(
-                conf, workers, self.agent_api, self.cleaner),
+                conf, workers, self.agent_api, self.cleaner, notices),
+            notices,
             allocations=None if placement is None else
             live_allocations.LiveAllocations(conf, placement.client))
         self.layouts = layouts.DeviceLayouts(conf, self.agent_api,

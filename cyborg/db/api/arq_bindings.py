@@ -256,7 +256,7 @@ def delete(context: cyborg_context.RequestContext,
 
     By uuid every one must exist (ARQNotFound otherwise, nothing deleted);
     by instance, none is fine. Both given: those of ``uuids`` still bound
-    to the instance (one project's, see ``ConductorManager.arq_delete``).
+    to the instance (one project's, see ``endpoints.arqs``, ``arq_delete``).
     """
     return delete_in(context.session, uuids, instance_uuid)
 
