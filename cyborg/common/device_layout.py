@@ -5,9 +5,17 @@ from typing import Any
 
 from cyborg.common import exception
 
-# The keys a layout may hold, and the type of each value.
-LAYOUT_KEYS: dict[str, type] = {'vf_count': int, 'mdev_type': str,
-                                'mdev_count': int, 'region_image': str}
+# The keys a layout may hold, and the type of each value: the SR-IOV VF
+# count; an mdev type and how many mdevs of it; an FPGA's image; the
+# vGPU type of an SR-IOV GPU's VFs and how many of them; a GPU's MIG mode
+# and its MIG partition (GPU instance profiles such as ``3g.40gb``); a
+# NIC's eswitch mode.
+LAYOUT_KEYS: dict[str, type] = {
+    'vf_count': int, 'mdev_type': str, 'mdev_count': int,
+    'region_image': str, 'vgpu_type': str, 'vgpu_count': int,
+    'mig_mode': str, 'mig_partition': list, 'eswitch_mode': str}
+# Keys given together or not at all.
+PAIRS = (('mdev_type', 'mdev_count'), ('vgpu_type', 'vgpu_count'))
 
 
 def check_shape(layout: Any) -> dict[str, Any]:
@@ -20,12 +28,15 @@ def check_shape(layout: Any) -> dict[str, Any]:
                    f'{allowed}; not {layout!r}')
     for key, value in layout.items():
         kind = LAYOUT_KEYS.get(key)
-        if kind is None or not isinstance(value, kind) or isinstance(
-                value, bool):
+        if (kind is None or not isinstance(value, kind)
+                or isinstance(value, bool)
+                or (kind is list and not all(
+                    isinstance(item, str) for item in value))):
             raise exception.Invalid(
                 reason=f'layout key {key!r} with value {value!r} is not '
-                       f'one of: {allowed}')
-    if ('mdev_count' in layout) != ('mdev_type' in layout):
-        raise exception.Invalid(
-            reason='mdev_type and mdev_count are set together')
+                       f'one of: {allowed} (a list holds strings)')
+    for first, second in PAIRS:
+        if (first in layout) != (second in layout):
+            raise exception.Invalid(
+                reason=f'{first} and {second} are set together')
     return layout

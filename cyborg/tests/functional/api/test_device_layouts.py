@@ -64,6 +64,10 @@ def test_layout_round_trip(api, gpu):
     ({'vf_count': 4}, 'mdev_count, mdev_type'),
     ({'vf_count': True}, 'vf_count (int)'),
     ({'mdev_count': 2}, 'set together'),
+    ({'vgpu_type': '1145'}, 'vgpu_type and vgpu_count are set together'),
+    ({'mig_partition': '3g.40gb'}, 'mig_partition (list)'),
+    ({'mig_partition': [3]}, 'a list holds strings'),
+    ({'eswitch_mode': 'switchdev'}, 'eswitch_mode'),
     ([], 'non-empty object'),
 ])
 def test_bad_layouts_are_400_listing_what_is_allowed(api, gpu, body, says):
