@@ -39,6 +39,12 @@ MDEV_CREATOR = 'mdev_creator'
 NOVA_CREATES = 'nova'
 
 
+#: The attach-info key of a PCI handle whose function the agent gives a
+#: vGPU type when it is bound and takes it back when it is released (the
+#: VFs of an SR-IOV vGPU GPU).
+VGPU_TYPE = 'vgpu_type'
+
+
 def nova_creates_mdev(attach_type: str, attach_info: dict[str, Any]
                       ) -> bool:
     """Whether nova-compute, not cyborg, creates the mdev of this attach

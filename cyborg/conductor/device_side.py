@@ -1,9 +1,10 @@
 """The device-side work of binds and unbinds, done by their hosts' agents.
 
 A bind that needs its device's host (an FPGA to program, an mdev to
-create) is finished here, within ``[conductor] bind_timeout``; what an
-unbind, a delete or a failed bind leaves on a host (an mdev) is removed
-here, and the handle freed once the agent confirms it gone.
+create, a vGPU type to give an SR-IOV VF) is finished here, within
+``[conductor] bind_timeout``; what an unbind, a delete or a failed bind
+leaves on a host (an mdev, a VF's vGPU type) is removed here, and the
+handle freed once the agent confirms it gone.
 """
 import dataclasses
 import logging
@@ -158,8 +159,9 @@ class DeviceSide:
 
     def _create_mdev(self, context: cyborg_context.RequestContext,
                      job: Job, deadline: float) -> None:
-        if job['attach_type'] != 'MDEV' or attach_handles.instant(
-                job['attach_type'], job['attach_info']):
+        # An mdev to create, or the vGPU type of an SR-IOV VF to set: the
+        # agent's create_mdev does either, as the handle's driver says.
+        if attach_handles.instant(job['attach_type'], job['attach_info']):
             return
         self.agent_api().create_mdev(
             context, job['host'], job['driver_name'], job['attach_info'],

@@ -8,11 +8,22 @@ serves them and it cannot be passed through whole. A GPU given a type
 is as many ``VGPU`` as it can host of that type, each an ``MDEV`` attach
 handle whose uuid becomes the mediated device's uuid when it is bound.
 
-GPUs with SR-IOV (Ampere and later, e.g. the A100) offer their vGPU types
-on their virtual functions, one vGPU per VF, rather than on the GPU
-itself; their handles then name the VF each vGPU is created on, which is
-what the hypervisor needs as the mdev's parent, and never the GPU itself.
-Virtual functions are never reported as devices of their own.
+GPUs with SR-IOV on vGPU software before 17 (Ampere, e.g. the A100)
+offer their vGPU types on their virtual functions, one vGPU per VF,
+rather than on the GPU itself; their handles then name the VF each vGPU
+is created on, which is what the hypervisor needs as the mdev's parent,
+and never the GPU itself. Virtual functions are never reported as
+devices of their own.
+
+From vGPU software 17 on (Ada, Hopper, Blackwell) there are no mdevs: a
+VF becomes a vGPU when it is given a vGPU type (``nvidia_vgpu``). Such a
+GPU, given a type by a layout (``vgpu_type``, ``vgpu_count``) or by
+``[gpu_devices]``, is as many ``VGPU`` as it can host of that type,
+each a ``PCI`` attach handle of one VF that names the type: a bind gives
+the VF its type, a release takes it back. The handle asks for the VF to
+be passed through unmanaged on the ``nvidia`` driver, as NVIDIA
+documents it. A MIG-backed type is offered as many times as the GPU's
+MIG partition has GPU instances of its profile.
 
 An mdev layout (``mdev_type``, ``mdev_count``) takes the place of the
 configured type: the GPU then offers that many vGPUs of that type, or,
@@ -20,21 +31,26 @@ with ``mdev_count`` 0, is one whole PGPU again. The layouts and the
 mdevs themselves are those of every mdev device (``mdev_driver``).
 """
 import re
+from typing import Any
 
 from oslo_config import cfg
 
 from cyborg.accelerator import pci
 from cyborg.accelerator.drivers import mdev_driver
+from cyborg.accelerator.drivers import nvidia_vgpu
 from cyborg.accelerator.drivers import nvml
 from cyborg.accelerator.drivers import pci_report
 from cyborg.accelerator.drivers.base import trait_part
 from cyborg.accelerator.drivers.mdev_driver import MdevDriver
 from cyborg.accelerator.drivers.pci_driver import Functions
 from cyborg.accelerator.drivers.pci_driver import handle_address
+from cyborg.common import device_report
 from cyborg.common import exception
 from cyborg.common.device_health import Health
 from cyborg.common.device_health import Usage
+from cyborg.common.device_report import DriverAttachHandle
 from cyborg.common.device_report import DriverDevice
+from cyborg.common.device_report import check_layout
 
 VENDOR_ID = '0x10de'
 #: VGA compatible controller, 3D controller.
@@ -42,6 +58,10 @@ GPU_CLASSES = ('0x0300', '0x0302')
 TYPES_OPTION = '[gpu_devices] enabled_vgpu_types'
 ADDRESSES_OPTION = '[gpu_devices] vgpu_type_addresses'
 VENDOR_TRAIT = 'CUSTOM_GPU_NVIDIA'
+#: The driver that serves VFIO for the VFs of an SR-IOV vGPU GPU.
+VGPU_VF_DRIVER = 'nvidia'
+#: The layout keys of vGPUs on SR-IOV VFs.
+VGPU_LAYOUT_KEYS = ('vgpu_type', 'vgpu_count')
 
 # "GRID T4-1B" on older host drivers, "NVIDIA A40-8Q" on newer ones.
 _NAME_PREFIX_RE = re.compile(r'^(?:GRID|NVIDIA)\s+', re.IGNORECASE)
@@ -94,14 +114,15 @@ def parse_vgpu_config(types: list[str], entries: list[str]
     return by_address
 
 
-def vgpu_trait(product_id: str, mdev_type: pci.MdevType) -> str:
+def vgpu_trait(product_id: str, type_id: str, name: str | None) -> str:
     """``CUSTOM_NVIDIA_<PRODUCT>_<TYPE NAME>``, e.g.
-    ``CUSTOM_NVIDIA_1EB8_T4_1B`` for "GRID T4-1B" on a T4; the type id
-    stands in for a type without a name."""
-    name = _NAME_PREFIX_RE.sub('', (mdev_type.name or '').strip())
+    ``CUSTOM_NVIDIA_1EB8_T4_1B`` for "GRID T4-1B" on a T4, or
+    ``CUSTOM_NVIDIA_2330_H100_10C`` for "NVIDIA H100-10C" on an H100; the
+    type id stands in for a type without a name."""
+    name = _NAME_PREFIX_RE.sub('', (name or '').strip())
     part = _NOT_ALNUM_RE.sub('_', name.upper()).strip('_')
     if not part:
-        part = _NOT_ALNUM_RE.sub('_', mdev_type.type_id.upper()).strip('_')
+        part = _NOT_ALNUM_RE.sub('_', type_id.upper()).strip('_')
     return f'CUSTOM_NVIDIA_{trait_part(product_id[2:])}_{part}'[:255]
 
 
@@ -127,6 +148,13 @@ class NvidiaGpuDriver(MdevDriver):
             conf.gpu_devices.enabled_vgpu_types,
             conf.gpu_devices.vgpu_type_addresses)
         self.nvml = nvml.Nvml()
+        # The vGPU layouts of SR-IOV vGPU GPUs applied since the agent
+        # started, by GPU address: (type id, count). Like the mdev
+        # layouts, the agent applies the stored ones again when it starts.
+        self.vgpu_layouts: dict[str, tuple[str, int]] = {}
+        # Each SR-IOV vGPU GPU's framebuffer in GB, learnt from its type
+        # names while none of its VFs had a type (they narrow after).
+        self._framebuffer: dict[str, int] = {}
 
     def default_mdev_type(self, address: str) -> str | None:
         return self.vgpu_types.get(address)
@@ -153,6 +181,9 @@ class NvidiaGpuDriver(MdevDriver):
 
     def device(self, gpu: pci.PciFunction, functions: Functions
                ) -> DriverDevice | None:
+        vfs = nvidia_vgpu.gpu_vfs(self.bus, gpu, functions)
+        if vfs:
+            return self._sriov_vgpus(gpu, vfs)
         layout = self.mdev_layouts.get(gpu.address)
         if layout is not None:
             # A layout takes the place of the configured type; a count of
@@ -206,9 +237,192 @@ class NvidiaGpuDriver(MdevDriver):
         handles = self.mdev_handles(parents, type_id, count)
         mdev_type = parents[0][1]
         traits = ['OWNER_CYBORG', VENDOR_TRAIT,
-                  vgpu_trait(gpu.device_id, mdev_type)]
+                  vgpu_trait(gpu.device_id, mdev_type.type_id,
+                             mdev_type.name)]
         deployable = self.deployable(gpu, 'VGPU', traits, handles)
         board = {'vgpu_type': type_id}
         if mdev_type.name:
             board['vgpu_type_name'] = mdev_type.name
         return pci_report.device('GPU', gpu, [deployable], **board)
+
+    # vGPUs on SR-IOV VFs (vGPU software 17 and later)
+
+    def _vgpu_choice(self, address: str) -> tuple[str | None, int | None]:
+        """The vGPU type an SR-IOV vGPU GPU offers and at most how many:
+        its layout's, else ``[gpu_devices]``'s (as many as fit)."""
+        layout = self.vgpu_layouts.get(address)
+        if layout is not None:
+            return layout
+        return self.vgpu_types.get(address), None
+
+    def _vgpu_limit(self, gpu: pci.PciFunction,
+                    vfs: list[nvidia_vgpu.VfState],
+                    vgpu_type: nvidia_vgpu.VgpuType) -> int | None:
+        """How many vGPUs of ``vgpu_type`` the GPU holds, when the type
+        names say (see ``nvidia_vgpu.framebuffer_limit``)."""
+        whole = nvidia_vgpu.whole_framebuffer(vfs)
+        if whole:
+            self._framebuffer[gpu.address] = whole
+        return nvidia_vgpu.framebuffer_limit(
+            vgpu_type, whole or self._framebuffer.get(gpu.address))
+
+    def _vgpu_hosts(self, gpu: pci.PciFunction,
+                    vfs: list[nvidia_vgpu.VfState], type_id: str
+                    ) -> list[nvidia_vgpu.VfState]:
+        vgpu_type = nvidia_vgpu.offered(vfs).get(type_id)
+        if vgpu_type is None:
+            return []
+        return nvidia_vgpu.hosts(vfs, type_id,
+                                 self._vgpu_limit(gpu, vfs, vgpu_type))
+
+    def vgpu_capacity(self, gpu: pci.PciFunction,
+                      vfs: list[nvidia_vgpu.VfState]) -> dict[str, int]:
+        """How many vGPUs of each type the GPU's VFs can host now."""
+        return {type_id: len(self._vgpu_hosts(gpu, vfs, type_id))
+                for type_id in nvidia_vgpu.offered(vfs)}
+
+    def _sriov_vgpus(self, gpu: pci.PciFunction,
+                     vfs: list[nvidia_vgpu.VfState]) -> DriverDevice:
+        """The GPU as vGPUs of its chosen type, one per VF that has or can
+        take it; without a type chosen, a device that offers nothing yet
+        (there for its layout to be set)."""
+        type_id, count = self._vgpu_choice(gpu.address)
+        offered = nvidia_vgpu.offered(vfs)
+        board = {'vgpu_mode': 'sriov'}
+        if type_id is None or type_id not in offered:
+            self.warn('NVIDIA GPU %s lends vGPUs on %d SR-IOV VFs but %s; '
+                      'it offers none until a layout (vgpu_type, '
+                      'vgpu_count) or %s gives it one of: %s.', gpu.address,
+                      len(vfs),
+                      'has no vGPU type' if type_id is None
+                      else f'does not offer vGPU type {type_id} now',
+                      ADDRESSES_OPTION,
+                      ', '.join(f'{t.type_id} ({t.name})'
+                                for t in offered.values()) or 'none')
+            return pci_report.device('GPU', gpu, [], **board)
+        vgpu_type = offered[type_id]
+        chosen = self._vgpu_hosts(gpu, vfs, type_id)
+        if count is not None:
+            chosen = chosen[:count]
+        handles = [self._vgpu_handle(state.function, type_id)
+                   for state in chosen]
+        traits = ['OWNER_CYBORG', VENDOR_TRAIT,
+                  vgpu_trait(gpu.device_id, type_id, vgpu_type.name)]
+        board.update(vgpu_type=type_id, vgpu_type_name=vgpu_type.name)
+        return pci_report.device(
+            'GPU', gpu, [self.deployable(gpu, 'VGPU', traits, handles)],
+            **board)
+
+    @staticmethod
+    def _vgpu_handle(vf: pci.PciFunction, type_id: str
+                     ) -> DriverAttachHandle:
+        # Unmanaged, on the nvidia driver, which serves VFIO for the VF.
+        return pci_report.pci_handle(
+            vf, **{device_report.VGPU_TYPE: type_id, 'managed': 'false',
+                   'vfio_driver': VGPU_VF_DRIVER})
+
+    def _sriov_vfs(self, device: DriverDevice, action: str
+                   ) -> tuple[pci.PciFunction | None,
+                              list[nvidia_vgpu.VfState]]:
+        gpu = self.bus.get(self.control_function(device, action))
+        return gpu, (nvidia_vgpu.gpu_vfs(self.bus, gpu) if gpu else [])
+
+    def layout_options(self, device: DriverDevice) -> dict[str, Any]:
+        options = super().layout_options(device)
+        gpu, vfs = self._sriov_vfs(device, 'read layouts')
+        capacity = self.vgpu_capacity(gpu, vfs) if gpu and vfs else {}
+        if capacity:
+            options['vgpu_type'] = capacity
+            options['vgpu_count'] = {'min': 0,
+                                     'max': max(capacity.values())}
+        return options
+
+    def apply_layout(self, device: DriverDevice,
+                     layout: dict[str, Any]) -> None:
+        """Apply what the mdev layer knows first (``vf_count`` may create
+        the VFs), then restrict an SR-IOV vGPU GPU to ``vgpu_count``
+        vGPUs of ``vgpu_type`` (0: none). Refused while a VF has another
+        type: a layout never takes a vGPU from under its user."""
+        vgpu = {k: layout[k] for k in VGPU_LAYOUT_KEYS if k in layout}
+        rest = {k: v for k, v in layout.items() if k not in vgpu}
+        if rest:
+            super().apply_layout(device, rest)
+        if not vgpu:
+            return
+        action = 'set the vGPU layout'
+        gpu, vfs = self._sriov_vfs(device, action)
+        if gpu is None or not vfs:
+            raise exception.Invalid(
+                reason=f'{self.noun} {device.controlpath_id} has no VFs '
+                       'with NVIDIA vGPU types; enable them first '
+                       '(vf_count)')
+        capacity = self.vgpu_capacity(gpu, vfs)
+        check_layout({'vgpu_type': capacity,
+                      'vgpu_count': {'min': 0,
+                                     'max': max(capacity.values())}}, vgpu)
+        type_id, count = vgpu['vgpu_type'], vgpu['vgpu_count']
+        if count > capacity[type_id]:
+            raise exception.Invalid(
+                reason=f'vgpu_count {count} is above the '
+                       f'{capacity[type_id]} vGPUs of type {type_id} that '
+                       f'{self.noun} {gpu.address} can host')
+        kept = type_id if count else None
+        others = sorted({s.current for s in vfs
+                         if s.current is not None and s.current != kept})
+        if others:
+            raise exception.DeviceActionError(
+                action=action, device=gpu.address,
+                reason=f'VFs have vGPUs of type {", ".join(others)}')
+        self.vgpu_layouts[gpu.address] = (type_id, count)
+        self.log.info('%s %s offers %d vGPUs of type %s.', self.noun,
+                      gpu.address, count, type_id)
+
+    # The vGPU of a VF handle: given at bind, taken back at release (the
+    # agent's mdev actions, which are a handle's device-side state).
+
+    def _vgpu_vf(self, attach_info: dict[str, str], action: str
+                 ) -> tuple[str, str]:
+        """(VF address, type id) of a VF handle; DeviceActionError for one
+        that names no NVIDIA vGPU VF."""
+        address = handle_address(attach_info)
+        type_id = attach_info.get(device_report.VGPU_TYPE, '')
+        vf = self.bus.get(address) if address else None
+        physfn = self.bus.get(vf.physfn) if vf and vf.physfn else None
+        if vf is None or physfn is None or not self.matches(physfn):
+            raise exception.DeviceActionError(
+                action=action, device=str(attach_info),
+                reason='it names no VF of an NVIDIA GPU')
+        if not type_id.isdigit():
+            raise exception.DeviceActionError(
+                action=action, device=vf.address,
+                reason=f'{type_id!r} is not a vGPU type id')
+        return vf.address, type_id
+
+    def create_mdev(self, attach_info: dict[str, str],
+                    mdev_uuid: str) -> None:
+        if device_report.VGPU_TYPE not in attach_info:
+            super().create_mdev(attach_info, mdev_uuid)
+            return
+        address, type_id = self._vgpu_vf(attach_info, 'set the vGPU type')
+        if nvidia_vgpu.set_type(self.conf, self.bus, address, type_id):
+            self.log.info('VF %s is a vGPU of type %s for attach handle '
+                          '%s.', address, type_id, mdev_uuid)
+
+    def remove_mdev(self, attach_info: dict[str, str],
+                    mdev_uuid: str) -> None:
+        if device_report.VGPU_TYPE not in attach_info:
+            super().remove_mdev(attach_info, mdev_uuid)
+            return
+        address, _ = self._vgpu_vf(attach_info, 'clear the vGPU type')
+        if nvidia_vgpu.clear_type(self.conf, self.bus, address):
+            self.log.info('VF %s has no vGPU any more (attach handle %s).',
+                          address, mdev_uuid)
+
+    def clean(self, handle: DriverAttachHandle) -> None:
+        """A VF handle: its vGPU destroyed (released handles have none
+        by now), then a function-level reset of the VF."""
+        if (handle.attach_type == 'PCI'
+                and device_report.VGPU_TYPE in handle.attach_info):
+            address, _ = self._vgpu_vf(handle.attach_info, 'clean')
+            nvidia_vgpu.clear_type(self.conf, self.bus, address)
+        super().clean(handle)

@@ -128,11 +128,15 @@ def take(session: sa.orm.Session, deployable_id: int
 
 def instant(attach_type: str, attach_info: str | dict[str, Any]) -> bool:
     """Whether a handle is bound by handing it out alone, and free again
-    as soon as its request lets go of it: one of ``INSTANT_TYPES``, or an
-    mdev nova-compute creates itself. ``attach_info`` as
-    stored (JSON) or read."""
+    as soon as its request lets go of it: one of ``INSTANT_TYPES`` but a
+    VF the agent gives a vGPU type (``device_report.VGPU_TYPE``), or an
+    mdev nova-compute creates itself. ``attach_info`` as stored (JSON) or
+    read."""
     if attach_type in INSTANT_TYPES:
-        return True
+        if isinstance(attach_info, str):
+            # Most handles are whole functions: no JSON to parse for them.
+            return f'"{device_report.VGPU_TYPE}"' not in attach_info
+        return device_report.VGPU_TYPE not in attach_info
     if attach_type != 'MDEV':
         return False
     info = (json.loads(attach_info) if isinstance(attach_info, str)
@@ -141,7 +145,8 @@ def instant(attach_type: str, attach_info: str | dict[str, Any]) -> bool:
 
 
 def device_side(uuid: str | None, handle: Any) -> dict[str, Any]:
-    """What the agent needs to remove an attach handle's mdev."""
+    """What the agent needs to remove an attach handle's mdev (or take
+    back its VF's vGPU type)."""
     return {'arq_uuid': uuid, 'attach_handle_id': handle.handle_id,
             'attach_handle_uuid': handle.handle_uuid,
             'attach_info': json.loads(handle.attach_info),

@@ -4,7 +4,11 @@ A function must exist and be in an IOMMU group. With ``managed`` "true"
 (the default) libvirt detaches it from its host driver itself; with
 "false" libvirt expects it bound to vfio-pci already, so this driver binds
 it (``driver_override``, ``unbind``, ``drivers_probe``), and gives it back
-to its old driver when the VAN is released.
+to its old driver when the VAN is released; unless the handle names the
+host driver that serves VFIO for the function itself (``vfio_driver``,
+e.g. ``nvidia`` for the VFs of an SR-IOV vGPU, as NVIDIA's vGPU 17
+documentation has them passed through unmanaged on their own driver):
+the function then stays on that driver.
 """
 import logging
 import os
@@ -49,7 +53,13 @@ class PciDriver(base.DeviceDriver):
                            managed=_TRUE if managed else _FALSE,
                            original_driver=function.driver or '',
                            rebound=_FALSE)
-        if not managed and function.driver != VFIO:
+        own = arq.attach_handle_info.get('vfio_driver')
+        if not managed and own and function.driver != own:
+            raise exception.DeviceError(
+                reason=f'PCI function {address} is bound to '
+                       f'{function.driver or "no driver"}, not to {own}, '
+                       'which serves it to guests')
+        if not managed and not own and function.driver != VFIO:
             try:
                 self._bind(address, function.sysfs_path, VFIO)
             except exception.DeviceError:

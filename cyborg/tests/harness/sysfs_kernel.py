@@ -13,6 +13,9 @@ does for the writes of the device lifecycle:
   ``<uuid>`` directory, ``sys/bus/mdev/devices/<uuid>``, the type's
   ``devices/<uuid>``) and lowers ``available_instances``; the mdev's
   ``remove`` undoes it;
+* ``nvidia/current_vgpu_type`` of the VFs of an SR-IOV vGPU GPU: gives
+  the VF its vGPU type and narrows what its GPU's other VFs can take
+  (``cyborg.tests.harness.nvidia_vgpu_host``);
 * ``reset``: records a function-level reset;
 * ``driver_override``, ``drivers/<driver>/unbind`` and ``bind``,
   ``drivers_probe``: move the function's ``driver`` link.
@@ -52,6 +55,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
+from cyborg.tests.harness import nvidia_vgpu_host
 from cyborg.tests.harness.sysfs import SysfsTree
 
 LOG_NAME = 'kernel.log'
@@ -180,6 +184,8 @@ class Kernel:
         for remove in self.tree.path('sys/bus/mdev/devices').glob(
                 '*/remove'):
             self._remove_mdev(remove)
+        for gpu in nvidia_vgpu_host.gpus(self.tree):
+            nvidia_vgpu_host.follow(self.tree, gpu, self._log)
         self._prime_drivers()
         for driver_dir in self._driver_dirs():
             self._unbind(driver_dir)
@@ -244,6 +250,7 @@ class Kernel:
                 vf = os.path.basename(os.readlink(link))
                 self.tree.remove_function(vf)
                 link.unlink()
+            nvidia_vgpu_host.vfs_removed(self.tree, address)
         else:
             self._enable_vfs(address, dev, count)
 
@@ -283,6 +290,7 @@ class Kernel:
             vf_rel = str(vf_dir.relative_to(self.tree.base))
             self.tree.link(f'{vf_rel}/physfn', pf_rel)
         self._prime_drivers()
+        nvidia_vgpu_host.vfs_added(self.tree, address, vfs)
         for n, vf in enumerate(vfs):
             vf_rel = str(self.tree.device_dir(vf).relative_to(self.tree.base))
             self.tree.link(f'{pf_rel}/virtfn{n}', vf_rel)

@@ -298,7 +298,8 @@ def test_malformed_devices_and_types_are_skipped(conf, tree, caplog):
 def test_vgpu_traits_are_valid_placement_traits(name, type_id, trait):
     mdev_type = pci.MdevType(type_id=type_id, name=name,
                              available_instances=1, device_api='vfio-pci')
-    assert nvidia_gpu.vgpu_trait('0x1eb8', mdev_type) == trait
+    assert nvidia_gpu.vgpu_trait('0x1eb8', mdev_type.type_id,
+                                 mdev_type.name) == trait
 
 
 @pytest.mark.parametrize('types, entries, message', [

@@ -161,3 +161,25 @@ def test_validate(kernel, info, message):
     with pytest.raises(ValueError) as raised:
         pci.PciDriver(kernel).validate(_arq(VF, **info))
     assert message in str(raised.value)
+
+
+def test_a_vf_served_by_its_own_vfio_driver_stays_on_it(kernel):
+    # An SR-IOV vGPU VF: unmanaged, and the nvidia driver serves VFIO.
+    kernel.tree.add_vfs(GPU, ['0000:3b:10.0'], 0x10de, 0x2330,
+                        driver='nvidia')
+    driver = pci.PciDriver(kernel)
+    van = driver.prepare_van(_arq('0000:3b:10.0', managed='false',
+                                  vfio_driver='nvidia'))
+    driver.post_plug(van)
+    driver.unprepare_van(van)
+    assert van.device_info['rebound'] == 'false'
+    assert kernel.writes == []
+    assert _driver_of(kernel, '0000:3b:10.0') == 'nvidia'
+
+
+def test_a_vf_not_on_the_driver_that_serves_it_is_refused(kernel):
+    driver = pci.PciDriver(kernel)
+    with pytest.raises(exception.DeviceError,
+                       match='bound to iavf, not to nvidia'):
+        driver.prepare_van(_arq(VF, managed='false', vfio_driver='nvidia'))
+    assert kernel.writes == []
