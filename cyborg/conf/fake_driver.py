@@ -32,6 +32,15 @@ fake_driver_opts = [
         max=64,
         help='How many vGPUs (MDEV attach handles) each fake GPU offers.'),
     cfg.StrOpt(
+        'vgpu_handles',
+        default='mdev',
+        choices=[('mdev', 'MDEV attach handles, an mdev created at bind'),
+                 ('sriov', 'PCI attach handles of SR-IOV VFs given a vGPU '
+                           'type at bind, as NVIDIA vGPU 17 and later '
+                           'have them')],
+        help='What the fake GPUs\' vGPUs are. Either way the driver keeps '
+             'what a bind made in memory until it is released.'),
+    cfg.StrOpt(
         'program_log',
         help='A file to which the driver appends one JSON line for every '
              'device it is asked to program, so that a test in another '

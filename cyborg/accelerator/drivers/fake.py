@@ -21,6 +21,7 @@ from cyborg.accelerator.drivers.base import function_trait
 from cyborg.common import exception
 from cyborg.common.device_health import Health
 from cyborg.common.device_health import Usage
+from cyborg.common.device_report import VGPU_TYPE as VGPU_TYPE_KEY
 from cyborg.common.device_report import DriverAttachHandle
 from cyborg.common.device_report import DriverDeployable
 from cyborg.common.device_report import DriverDevice
@@ -97,8 +98,9 @@ class FakeDriver(AcceleratorDriver):
     handles, so fake devices can be bound but are never passed through.
     A card can be programmed: from then on it reports the function of its
     bitstream as a trait. Each GPU is one device with one deployable whose
-    accelerators are MDEV attach handles; mdevs are created and removed in
-    memory.
+    accelerators are MDEV attach handles, or, with ``[fake_driver]
+    vgpu_handles = sriov``, PCI handles of VFs given a vGPU type at bind;
+    either is created and removed in memory.
 
     What the device-side actions did is kept on the instance for tests:
     ``program_calls`` (every call to ``program``, oldest first),
@@ -162,11 +164,15 @@ class FakeDriver(AcceleratorDriver):
 
     def _gpu(self, index: int) -> DriverDevice:
         address = _address(index, _FIRST_GPU_DOMAIN)
+        # A VF handle names the vGPU type a bind gives it.
+        sriov = ({VGPU_TYPE_KEY: VGPU_TYPE}
+                 if self.conf.fake_driver.vgpu_handles == 'sriov' else None)
         handles = [
             DriverAttachHandle(
-                attach_type='MDEV',
+                attach_type='PCI' if sriov else 'MDEV',
                 attach_info=dict(address, asked_type=VGPU_TYPE,
-                                 vgpu_mark=f'{VGPU_TYPE}_{n}'))
+                                 vgpu_mark=f'{VGPU_TYPE}_{n}',
+                                 **(sriov or {})))
             for n in range(self.mdev_counts.get(
                 _slot(address), self.conf.fake_driver.vgpus_per_device))]
         deployable = DriverDeployable(

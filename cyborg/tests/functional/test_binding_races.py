@@ -104,8 +104,21 @@ def backend(request) -> str:
 
 
 @pytest.fixture
+def vgpu_handles() -> str:
+    """What the fake GPU's vGPUs are (``[fake_driver] vgpu_handles``); a
+    test parametrizes it to run over both."""
+    return 'mdev'
+
+
+# The vGPUs of both kinds: mdevs, and SR-IOV VFs given a vGPU type; both
+# have state on the host that a bind makes and a release removes.
+BOTH_KINDS = pytest.mark.parametrize('vgpu_handles', ['mdev', 'sriov'])
+
+
+@pytest.fixture
 def races(conf, tmp_path, rabbit_url, db_engine, empty_db_url,
-          fake_glance):
+          fake_glance, vgpu_handles):
+    conf.set_override('vgpu_handles', vgpu_handles, 'fake_driver')
     conf.set_override('host', 'cmp-races')
     conf.set_override('hostname', 'node-races', 'agent')
     conf.set_override('device_count', 1, 'fake_driver')
@@ -370,6 +383,7 @@ def _mdevs_match_binds(races):
             and races.handles_in_use() == races.bound_handles())
 
 
+@BOTH_KINDS
 @pytest.mark.parametrize('backend', gate_stack.backends(
     'mysql', SERVERS), indirect=True)
 def test_unbind_and_delete_meeting_binds_in_flight_leak_no_mdev(races):
@@ -408,6 +422,7 @@ def test_unbind_and_delete_meeting_binds_in_flight_leak_no_mdev(races):
              timeout=30)
 
 
+@BOTH_KINDS
 @pytest.mark.parametrize('backend', gate_stack.backends(
     'postgresql', SERVERS), indirect=True)
 def test_a_conductor_killed_mid_bind_leaves_no_mdev_behind(races):
@@ -439,6 +454,7 @@ def test_a_conductor_killed_mid_bind_leaves_no_mdev_behind(races):
                                        races.context())
 
 
+@BOTH_KINDS
 @pytest.mark.parametrize('backend', gate_stack.backends(
     'mysql', SERVERS), indirect=True)
 def test_the_agent_removes_on_its_return_what_was_deleted_meanwhile(races):
