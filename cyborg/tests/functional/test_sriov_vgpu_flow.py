@@ -1,0 +1,150 @@
+"""An H100 on vGPU software 17: VFs enabled and a vGPU type chosen through
+the API, a VF bound and released, every service a process.
+
+Placement, cyborg-api, a conductor and an agent with the ``nvidia_gpu``
+driver run as processes on real RabbitMQ; the agent's sysfs is a fixture
+tree of an H100 SXM5 on the ``nvidia`` driver, and an emulated kernel and
+vGPU manager, another process, follow its writes (``sriov_numvfs``,
+``current_vgpu_type``: ``harness/sysfs_kernel.py`` and
+``harness/nvidia_vgpu_host.py``). A layout enables 16 VFs, whose types
+the agent then offers; the next gives the GPU 4 vGPUs of 20 GB, keeping
+the VFs (the whole layout is what the agent applies again after a
+reboot, VFs first). An instance is bound one (its VF given the type),
+and deleting it takes the type back.
+"""
+import uuid
+
+import pytest
+import requests
+
+from cyborg.accelerator.drivers import pci_lifecycle
+from cyborg.tests.harness import gate_stack
+from cyborg.tests.harness import nvidia_vgpu_host
+from cyborg.tests.harness import placement_server
+from cyborg.tests.harness import sysfs_kernel
+from cyborg.tests.harness.sysfs import SysfsTree
+
+NODE = 'h100-node'
+H100 = '0000:3b:00.0'
+HEADERS = {'X-Auth-Token': 'admin',
+           'OpenStack-API-Version': 'accelerator 2.8'}
+TYPE_20C = '1010'
+TRAIT_20C = 'CUSTOM_NVIDIA_2330_H100XM_20C'
+
+
+def _inventory(placement, root):
+    return sorted((rp['name'], rc, inv['total'], inv['reserved'])
+                  for rp_uuid, rp in placement.tree(root).items()
+                  for rc, inv in placement.inventories(rp_uuid).items())
+
+
+def _current(tree, n):
+    vf = nvidia_vgpu_host._vf_address(H100, n)
+    return (tree.device_dir(vf) / nvidia_vgpu_host.CURRENT).read_text()
+
+
+@pytest.mark.parametrize('backend', gate_stack.backends('mysql'),
+                         indirect=True)
+def test_h100_vgpus_on_vfs_through_the_api(tmp_path, rabbit_url, db_engine,
+                                          empty_db_url, fake_nova):
+    tree = SysfsTree(tmp_path / 'host')
+    nvidia_vgpu_host.add_gpu(tree, H100)
+    stack = gate_stack.Stack(tmp_path, rabbit_url, empty_db_url,
+                             fake_nova.endpoint, fake_nova.token)
+    stack.add_placement()
+    stack.add_api()
+    stack.add_conductor('conductor1',
+                        extra={'conductor': {'bind_timeout': 30}})
+    stack.add_agent('agent1', NODE, 0, 1, extra={
+        'agent': {'enabled_drivers': 'nvidia_gpu',
+                  'sysfs_root': tree.root}})
+    placement = placement_server.Placement(stack.placement_url)
+    api = stack.api_url
+    kernel = sysfs_kernel.spawn(tree.root)
+    with stack.running(after=lambda: (kernel.terminate(),
+                                      kernel.wait(10))):
+        root = stack.bring_up(placement, {'agent1': NODE})[NODE]
+        device = stack.first_device(NODE, 'the H100')['uuid']
+        provider = f'{NODE}_{H100}'
+        gate_stack.wait_for(
+            lambda: _inventory(placement, root) == [(provider, 'PGPU', 1, 0)],
+            'placement offering the whole H100', 30, interval=0.5)
+
+        # The VFs first: the types are the VFs' to list. Until a type is
+        # chosen the GPU offers nothing (and is not whole any more).
+        answer = requests.put(
+            f'{api}/devices/{device}/layout', headers=HEADERS, timeout=60,
+            json={'vf_count': 16})
+        assert answer.status_code == 200, answer.text
+        assert _inventory(placement, root) == []
+        # Then the type, with the VFs it lives on: when the answer comes,
+        # placement offers 4 vGPUs of it on the GPU's provider.
+        answer = requests.put(
+            f'{api}/devices/{device}/layout', headers=HEADERS, timeout=60,
+            json={'vf_count': 16, 'vgpu_type': TYPE_20C, 'vgpu_count': 4})
+        assert answer.status_code == 200, answer.text
+        assert _inventory(placement, root) == [(provider, 'VGPU', 4, 0)]
+        [rp_uuid] = placement.tree(root)
+        assert TRAIT_20C in placement.traits(rp_uuid)
+        options = requests.get(f'{api}/devices/{device}/layout',
+                               headers=HEADERS, timeout=30).json()['options']
+        assert options['vgpu_type'] == {'1008': 8, '1009': 5, '1010': 4,
+                                        '1011': 2, '1012': 1}
+
+        # An instance is bound one vGPU: its VF gets the type.
+        answer = requests.post(f'{api}/device_profiles', headers=HEADERS,
+                               timeout=30, json=[{
+                                   'name': 'h100-20c',
+                                   'groups': [{'resources:VGPU': '1',
+                                               f'trait:{TRAIT_20C}':
+                                                   'required'}]}])
+        assert answer.status_code == 201, answer.text
+        arq = requests.post(
+            f'{api}/accelerator_requests', headers=HEADERS, timeout=30,
+            json={'device_profile_name': 'h100-20c'}).json()['arqs'][0]
+        instance = str(uuid.uuid4())
+        answer = requests.patch(
+            f'{api}/accelerator_requests', headers=HEADERS, timeout=30,
+            json={arq['uuid']: [
+                {'path': '/hostname', 'op': 'add', 'value': NODE},
+                {'path': '/device_rp_uuid', 'op': 'add', 'value': rp_uuid},
+                {'path': '/instance_uuid', 'op': 'add', 'value': instance}]})
+        assert answer.status_code == 202, answer.text
+
+        def bound():
+            found = requests.get(f'{api}/accelerator_requests/{arq["uuid"]}',
+                                 headers=HEADERS, timeout=10).json()
+            return found if found['state'] == 'Bound' else None
+
+        bound_arq = gate_stack.wait_for(bound, 'the ARQ to be bound', 30,
+                                        interval=0.5)
+        info = bound_arq['attach_handle_info']
+        assert bound_arq['attach_handle_type'] == 'PCI'
+        assert (info['vgpu_type'], info['managed'], info['vfio_driver'],
+                info['bus'], info['device'], info['function']) == (
+            TYPE_20C, 'false', 'nvidia', '3b', '10', '0')
+        assert _current(tree, 0) == f'{TYPE_20C}\n'
+
+        # While it holds the vGPU the layout stays.
+        answer = requests.put(
+            f'{api}/devices/{device}/layout', headers=HEADERS, timeout=60,
+            json={'vf_count': 16, 'vgpu_type': TYPE_20C, 'vgpu_count': 2})
+        assert answer.status_code == 409, answer.text
+        assert arq['uuid'] in answer.text
+
+        # Deleted: the VF's type is taken back and the handle is free.
+        answer = requests.delete(
+            f'{api}/accelerator_requests?instance={instance}',
+            headers=HEADERS, timeout=30)
+        assert answer.status_code == 204, answer.text
+        assert pci_lifecycle.wait_for(lambda: _current(tree, 0) == '0\n')
+        gate_stack.wait_for(
+            lambda: not any(
+                h['in_use'] for h in requests.get(
+                    f'{api}/attach_handles?device_uuid={device}',
+                    headers=HEADERS, timeout=10).json()['attach_handles']),
+            'the vGPU to be free', 30, interval=0.5)
+        assert [(e['event'], e.get('type')) for e in
+                sysfs_kernel.read_log(tree.root)
+                if e['event'] == 'vgpu_type'] == [
+            ('vgpu_type', TYPE_20C), ('vgpu_type', '0')]
