@@ -30,7 +30,7 @@ def check_shape(layout: Any) -> dict[str, Any]:
         kind = LAYOUT_KEYS.get(key)
         if (kind is None or not isinstance(value, kind)
                 or isinstance(value, bool)
-                or (kind is list and not all(
+                or (isinstance(value, list) and not all(
                     isinstance(item, str) for item in value))):
             raise exception.Invalid(
                 reason=f'layout key {key!r} with value {value!r} is not '

@@ -1,12 +1,16 @@
 """Benchmark of one vGPU request's life, its mdev made by the agent or by
-nova-compute.
+nova-compute, or its SR-IOV VF given a vGPU type by the agent.
 
 For each value of ``[gpu_devices] mdev_creator`` (``cyborg``, then
-``nova``), starts placement, cyborg-api, a conductor and an agent as
-processes (``layout.stack_of``) on a real RabbitMQ and a database of their
-own (MariaDB by default), and a fake Nova. The agent's ``nvidia_gpu``
-driver sees a sysfs tree of one T4 (10de:1eb8) serving 16 vGPUs of type
-nvidia-222, whose mdev writes an emulated kernel follows
+``nova``), and for ``sriov`` (an H100 SXM5, 10de:2330, with 16 VFs on
+vGPU software 17, serving vGPUs of type 1008, NVIDIA H100XM-10C; its
+``current_vgpu_type`` writes an emulated vGPU manager follows,
+``cyborg.tests.harness.nvidia_vgpu_host``), starts placement,
+cyborg-api, a conductor and an agent as processes (``layout.stack_of``)
+on a real RabbitMQ and a database of their own (MariaDB by default), and
+a fake Nova. For the first two, the agent's ``nvidia_gpu`` driver sees a
+sysfs tree of one T4 (10de:1eb8) serving 16 vGPUs of type nvidia-222,
+whose mdev writes an emulated kernel follows
 (``cyborg.tests.harness.sysfs_kernel``, a thread of this process). Then,
 back to back, ``--cycles`` times, a request (created unmeasured) for one vGPU:
 
@@ -15,6 +19,10 @@ the database shows the request Bound. With ``cyborg`` the PATCH leaves it
 BindStarted and the conductor has the agent create the mdev (agent RPC
 ``create_mdev``); with ``nova`` the handle's attach info says Nova creates
 it, and the PATCH binds it in its own transaction.
+
+With ``sriov`` the PATCH leaves the request BindStarted and the conductor
+has the agent give the VF its type (agent RPC ``create_mdev``), and the
+DELETE leaves the handle reserved until the agent has taken it back.
 
 ``delete``: once the emulated kernel shows the mdev (unmeasured: a real
 kernel has made it when the agent's write returns),
@@ -51,6 +59,7 @@ import sqlalchemy as sa
 from cyborg.db import migration
 from cyborg.db import models
 from cyborg.tests import utils
+from cyborg.tests.harness import nvidia_vgpu_host
 from cyborg.tests.harness import sysfs_kernel
 from cyborg.tests.harness.sysfs import SysfsTree
 
@@ -62,7 +71,11 @@ T4_TYPES = (('nvidia-222', 'GRID T4-1B', 16),
             ('nvidia-223', 'GRID T4-2B', 8))
 PROFILE = {'resources:VGPU': '1',
            'trait:CUSTOM_NVIDIA_1EB8_T4_1B': 'required'}
-MODES = ('cyborg', 'nova')
+H100 = '0000:3b:00.0'
+H100_TYPE = '1008'
+H100_PROFILE = {'resources:VGPU': '1',
+                'trait:CUSTOM_NVIDIA_2330_H100XM_10C': 'required'}
+MODES = ('cyborg', 'nova', 'sriov')
 # Seconds a bind or a delete may take before the run fails.
 TIMEOUT = 30
 
@@ -109,7 +122,11 @@ class Probe:
 
 
 def _mdevs(tree: SysfsTree) -> int:
-    """The mdevs of the served type on the T4."""
+    """The mdevs of the served type on the T4, or the H100's VFs with a
+    vGPU type."""
+    if nvidia_vgpu_host.model(tree, H100) is not None:
+        return sum(1 for t in nvidia_vgpu_host.model(tree, H100)[
+            'vfs'].values() if t != '0')
     return len(os.listdir(tree.device_dir(T4) / 'mdev_supported_types'
                           / VGPU_TYPE / 'devices'))
 
@@ -123,7 +140,7 @@ def _cycles(client: layout.Client, probe: Probe, nova: api.FakeNovaProcess,
     cost, binds, deletes = layout.Cost(), [], []
     events = nova.events()
     # The mdevs the kernel shows while a request is bound.
-    held = 1 if creator == 'cyborg' else 0
+    held = 0 if creator == 'nova' else 1
 
     def life(arq: str, instance: str) -> tuple[float, float]:
         start = time.perf_counter()
@@ -177,16 +194,22 @@ def _mode(backend: str, transport: str, creator: str, cycles: int,
             health_latency.database(backend, tmp) as db_url:
         workdir = pathlib.Path(tmp)
         tree = SysfsTree(workdir / 'host')
-        tree.add_function(T4, 0x10de, 0x1eb8, 0x030200, driver='nvidia')
-        for type_id, name, instances in T4_TYPES:
-            tree.add_mdev_type(T4, type_id, name, instances)
+        if creator == 'sriov':
+            nvidia_vgpu_host.add_gpu(tree, H100, vfs=16)
+            gpus = {'enabled_vgpu_types': H100_TYPE,
+                    'vgpu_type_addresses': f'{H100_TYPE}:{H100}'}
+        else:
+            tree.add_function(T4, 0x10de, 0x1eb8, 0x030200, driver='nvidia')
+            for type_id, name, instances in T4_TYPES:
+                tree.add_mdev_type(T4, type_id, name, instances)
+            gpus = {'enabled_vgpu_types': VGPU_TYPE,
+                    'vgpu_type_addresses': f'{VGPU_TYPE}:{T4}',
+                    'mdev_creator': creator}
         nova = api.FakeNovaProcess(str(workdir / 'nova.log'))
         stack = layout.stack_of(workdir, transport, db_url, nova, NODE, {
             'agent': {'enabled_drivers': 'nvidia_gpu',
                       'sysfs_root': tree.root},
-            'gpu_devices': {'enabled_vgpu_types': VGPU_TYPE,
-                            'vgpu_type_addresses': f'{VGPU_TYPE}:{T4}',
-                            'mdev_creator': creator}})
+            'gpu_devices': gpus})
         kernel = sysfs_kernel.Kernel(tree.root).start()
         engine = sa.create_engine(db_url)
         try:
@@ -195,7 +218,9 @@ def _mode(backend: str, transport: str, creator: str, cycles: int,
             client = layout.Client(stack.api_url)
             probe = Probe(engine)
             client.call('POST', '/device_profiles', expect=201,
-                        json=[{'name': 'vgpu', 'groups': [PROFILE]}])
+                        json=[{'name': 'vgpu', 'groups': [
+                            H100_PROFILE if creator == 'sriov'
+                            else PROFILE]}])
             # Each process leads a session of its own.
             sessions = {p.pid: p.kind for p in stack.processes.values()}
             sessions[nova.proc.pid] = 'Nova'
@@ -255,8 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = layout.parser_of(__doc__.splitlines()[0], 'mode')
     parser.add_argument('--modes', nargs='+', choices=MODES,
                         default=list(MODES),
-                        help='values of [gpu_devices] mdev_creator '
-                             '(default: both)')
+                        help='values of [gpu_devices] mdev_creator, '
+                             'and sriov (default: all three)')
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     with utils.virtual_host(args.transport_url, 'cyborg-bench') as url:

@@ -1,4 +1,5 @@
-"""A driver for NVIDIA GPUs: passed through whole, or as vGPUs (mdevs).
+"""A driver for NVIDIA GPUs: passed through whole, or as vGPUs (mdevs, or
+SR-IOV VFs given a vGPU type).
 
 Every NVIDIA VGA or 3D controller that is not an SR-IOV virtual function
 is one device with one deployable. A GPU that ``[gpu_devices]`` gives no

@@ -27,6 +27,7 @@ documents it: libvirt must not move the VF to ``vfio-pci``.
 import dataclasses
 import os
 import re
+from collections.abc import Mapping
 
 from oslo_config import cfg
 
@@ -92,7 +93,7 @@ def read_vf(bus: pci.PciBus, vf: pci.PciFunction) -> VfState | None:
 
 
 def gpu_vfs(bus: pci.PciBus, gpu: pci.PciFunction,
-            functions: dict[str, pci.PciFunction] | None = None
+            functions: Mapping[str, pci.PciFunction] | None = None
             ) -> list[VfState]:
     """The vGPU state of each of ``gpu``'s VFs that has one, in VF
     order; empty for a GPU whose VFs are not vGPU VFs."""

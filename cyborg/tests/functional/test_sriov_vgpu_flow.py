@@ -45,8 +45,9 @@ def _current(tree, n):
 
 @pytest.mark.parametrize('backend', gate_stack.backends('mysql'),
                          indirect=True)
-def test_h100_vgpus_on_vfs_through_the_api(tmp_path, rabbit_url, db_engine,
-                                          empty_db_url, fake_nova):
+def test_h100_vgpus_on_vfs_through_the_api(tmp_path, rabbit_url,
+                                           db_engine, empty_db_url,
+                                           fake_nova):
     tree = SysfsTree(tmp_path / 'host')
     nvidia_vgpu_host.add_gpu(tree, H100)
     stack = gate_stack.Stack(tmp_path, rabbit_url, empty_db_url,
