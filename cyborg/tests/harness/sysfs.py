@@ -415,6 +415,124 @@ class SysfsTree:
         for name, value in values.items():
             self.write(f'{fme_rel.lstrip("/")}/errors/{name}', f'{value:#x}')
 
+    # GPUs of the SR-IOV GPU drivers
+
+    def add_amd_instinct(
+            self, address: str, device: int = 0x74a1,
+            driver: str | None = 'amdgpu', sriov_totalvfs: int = 8,
+            vfs: Iterable[str] = (), vf_device: int = 0x74b5,
+            vf_driver: str | None = None,
+            ras: Mapping[str, tuple[int, ...] | str] | None = None,
+            temperatures: tuple[int, int, int] = (38000, 45000, 40000),
+            power_average: int = 150_000_000) -> pathlib.Path:
+        """An AMD Instinct GPU (the MI300X, 0x1002:0x74a1, by default) with
+        its SR-IOV capability (``sriov_totalvfs``; 8, the most VFs GIM
+        9.2 enables on an MI300X per its release notes) and ``vfs`` enabled
+        (``vf_device`` 0x74b5 is the MI300X VF in GIM's
+        amdgv_marketing_name.c; on a GIM host amdgpu is blacklisted, so
+        they bind to ``vf_driver``, none by default). Returns its
+        directory.
+
+        The class is "Display controller" (0x038000): amdgpu's pciidlist
+        (amdgpu_drv.c) binds the GPUs it does not list by id, the MI300
+        among them, through the display classes. While ``driver`` is
+        amdgpu the function has amdgpu's sysfs files:
+
+        * ``ras/features`` ("feature mask: 0x%x", amdgpu_ras.c
+          amdgpu_ras_sysfs_features_read) and one ``ras/<block>_err_count``
+          per block of ``ras`` (default umc, sdma, gfx, mmhub with no
+          errors): ``(ue, ce)`` written "ue: %lu\\nce: %lu" as
+          amdgpu_ras_sysfs_read writes it, ``(ue, ce, de)`` with the
+          "de: %lu" line of the ACA-based GPUs (amdgpu_ras_aca_sysfs_read),
+          or a string written as it is ("Query currently inaccessible"
+          during a reset);
+        * a hwmon device named amdgpu with ``temp1..3_input`` in
+          millidegrees labelled edge, junction and mem and
+          ``power1_average`` in microwatts (amdgpu_pm.c, DOC: hwmon;
+          Documentation/gpu/amdgpu/thermal.rst);
+        * ``gpu_busy_percent`` (amdgpu_pm.c, DOC: gpu_busy_percent) and
+          ``mem_info_vram_total`` / ``mem_info_vram_used`` in bytes
+          (amdgpu_vram_mgr.c, DOC: mem_info_vram_total).
+
+        Under GIM (``driver='gim'``) none of them exist: GIM keeps its own.
+        """
+        dev = self.add_function(address, 0x1002, device, 0x038000,
+                                driver=driver, sriov_totalvfs=sriov_totalvfs)
+        rel = self._rel(address)
+        if driver == 'amdgpu':
+            blocks = (dict.fromkeys(('umc', 'sdma', 'gfx', 'mmhub'), (0, 0))
+                      if ras is None else ras)
+            self.write(f'{rel}/ras/features', 'feature mask: 0x3fbf')
+            for block, counts in blocks.items():
+                if isinstance(counts, str):
+                    text = counts
+                else:
+                    kinds = ('ue', 'ce', 'de')[:len(counts)]
+                    text = '\n'.join(f'{kind}: {n}' for kind, n in
+                                     zip(kinds, counts, strict=True))
+                self.write(f'{rel}/ras/{block}_err_count', text)
+            hwmon = self.add_function_hwmon(address, 'amdgpu', temperatures,
+                                            power_average=power_average)
+            for n, label in enumerate(('edge', 'junction', 'mem'), start=1):
+                (hwmon / f'temp{n}_label').write_text(f'{label}\n')
+            self.write(f'{rel}/gpu_busy_percent', 0)
+            self.write(f'{rel}/mem_info_vram_total', 205822885888)
+            self.write(f'{rel}/mem_info_vram_used', 27815936)
+        (dev / 'sriov_vf_device').write_text(f'{vf_device:04x}\n')
+        vfs = list(vfs)
+        if vfs:
+            self.add_vfs(address, vfs, 0x1002, vf_device, driver=vf_driver)
+        return dev
+
+    def add_intel_gpu(
+            self, address: str, device: int = 0x56c0,
+            driver: str | None = 'xe', sriov_totalvfs: int | None = 8,
+            vfs: Iterable[str] = (), class_code: int = 0x038000,
+            hwmon: bool = True, energy: int = 1_000_000,
+            survivability: bool = False) -> pathlib.Path:
+        """An Intel data-center GPU (a Data Center GPU Flex, ATS-M150
+        0x8086:0x56c0 of include/drm/intel/pciids.h, by default; its class
+        a display controller, 0x038000 — a Battlemage card is a VGA
+        controller, 0x030000 — as xe's INTEL_VGA_DEVICE matches display
+        classes) with ``sriov_totalvfs`` (as xe leaves it: the lower of the
+        hardware's and its max_vfs parameter, xe_sriov_pf.c; None: no
+        SR-IOV capability) and ``vfs`` enabled, bound to ``driver``
+        as the PF is (xe runs them in VF mode, xe_sriov.c). A VF has the
+        PF's device id (``sriov_vf_device``): xe's pciidlist, which binds
+        them, lists only these ids. Returns its directory.
+
+        With ``hwmon`` the function has xe's hwmon device
+        (Documentation/ABI/testing/sysfs-driver-intel-xe-hwmon):
+        ``temp2_input`` (package) and ``temp3_input`` (VRAM) in
+        millidegrees, ``energy1_input`` (the card's, microjoules),
+        ``power1_max`` and ``power1_rated_max`` (microwatts, limits, not
+        readings). ``survivability`` adds xe's ``survivability_mode`` file
+        (xe_survivability_mode.c) as of a GPU whose firmware needs
+        flashing.
+        """
+        dev = self.add_function(address, 0x8086, device, class_code,
+                                driver=driver, sriov_totalvfs=sriov_totalvfs)
+        rel = self._rel(address)
+        if sriov_totalvfs is not None:
+            (dev / 'sriov_vf_device').write_text(f'{device:04x}\n')
+        if hwmon:
+            directory = self.add_function_hwmon(address, driver or 'xe',
+                                                (0, 52000, 48000))
+            # temp1 is not one of xe's channels.
+            (directory / 'temp1_input').unlink()
+            self.write(f'{directory.relative_to(self.base)}/energy1_input',
+                       energy)
+            for name in ('power1_max', 'power1_rated_max'):
+                self.write(f'{directory.relative_to(self.base)}/{name}',
+                           120_000_000)
+        if survivability:
+            self.write(f'{rel}/survivability_mode',
+                       'Survivability mode type: Runtime')
+        vfs = list(vfs)
+        if vfs:
+            self.add_vfs(address, vfs, 0x8086, device, driver=driver)
+        return dev
+
     def remove_function(self, address: str) -> None:
         """Remove the function's directory and the bus, driver, IOMMU
         group and mdev_bus links to it. Links from other functions

@@ -21,7 +21,8 @@ does for the writes of the device lifecycle:
   ``drivers_probe``: move the function's ``driver`` link.
 
 It refuses what the kernel refuses (more VFs than ``sriov_totalvfs``, a
-change between two non-zero counts, an mdev beyond
+change between two non-zero counts, any count on a PF whose driver cannot
+configure SR-IOV through sysfs, an mdev beyond
 ``available_instances``), by changing nothing and recording the error. A
 real kernel returns the errno to ``write()``; the emulator cannot, since
 it sees a write only after it returned, so it restores the file and
@@ -63,7 +64,16 @@ READY_NAME = 'kernel.ready'
 # The VF driver the kernel autoprobes for VFs of a PF bound to each
 # driver; qat_<family> PFs get qat_<family>vf.
 VF_DRIVERS = {'ice': 'iavf', 'i40e': 'iavf', 'nvidia': 'nvidia',
-              'mlx5_core': 'mlx5_core'}
+              'mlx5_core': 'mlx5_core',
+              # xe binds the VFs of its PFs and runs them in VF mode
+              # (drivers/gpu/drm/xe/xe_sriov.c).
+              'xe': 'xe'}
+# PF drivers whose struct pci_driver has no sriov_configure: the kernel
+# answers a write to their sriov_numvfs with ENOENT (sriov_numvfs_store,
+# drivers/pci/iov.c). AMD's GIM (gim_shim/gim_drv.c of
+# github.com/amd/MxGPU-Virtualization) enables VFs itself at load
+# (vf_num), and amdgpu (amdgpu_drv.c) does not lend VFs at all.
+NO_SRIOV_CONFIGURE = frozenset({'gim', 'amdgpu'})
 # Where VFs go when a PF has no sriov_offset / sriov_stride file: routing
 # id + 128 (device 0x10 of the PF's bus), one function apart.
 DEFAULT_VF_OFFSET = 128
@@ -236,8 +246,13 @@ class Kernel:
             refuse('EINVAL: not a number')
             return
         total = int((dev / 'sriov_totalvfs').read_text())
+        pf_driver = (os.path.basename(os.readlink(dev / 'driver'))
+                     if (dev / 'driver').is_symlink() else None)
         if not 0 <= count <= total:
             refuse(f'ERANGE: {count} is above sriov_totalvfs {total}')
+        elif pf_driver in NO_SRIOV_CONFIGURE:
+            refuse(f'ENOENT: {pf_driver} does not support SR-IOV '
+                   'configuration via sysfs')
         elif count and links:
             refuse(f'EBUSY: {len(links)} VFs already enabled. Disable '
                    f'before enabling {count} VFs')
