@@ -108,7 +108,7 @@ def test_intel_gpus_whole_or_as_their_vfs(host_conf, tree):
 
 
 def test_a_gpu_whose_vfs_cannot_be_read_is_not_lent(host_conf, tree,
-                                                   caplog):
+                                                    caplog):
     tree.remove_function(MI300X_VF)
     with caplog.at_level(logging.WARNING):
         devices = amd_gpu.AmdGpuDriver(host_conf).discover()
@@ -226,9 +226,8 @@ def test_amd_offers_no_vf_count(host_conf, tree, kernel):
 
 
 @pytest.mark.parametrize('address', [MI300X, MI300X_GIM])
-def test_kernel_refuses_sriov_numvfs_of_gim_and_amdgpu(host_conf, tree,
-                                                        kernel, address,
-                                                        monkeypatch):
+def test_kernel_refuses_sriov_numvfs_of_gim_and_amdgpu(
+        host_conf, tree, kernel, address, monkeypatch):
     monkeypatch.setattr(pci_lifecycle, 'READBACK_SECONDS', 1.0)
     # What an operator writing sriov_numvfs by hand would see.
     bus = amd_gpu.AmdGpuDriver(host_conf).bus
