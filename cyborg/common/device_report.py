@@ -4,6 +4,7 @@ Drivers build :class:`DriverDevice` trees; the agent sends them as plain
 JSON-able dicts; the conductor validates the dicts against ``REPORT_SCHEMA``
 before it reads anything out of them.
 """
+import collections
 import dataclasses
 import hashlib
 import json
@@ -131,7 +132,9 @@ def check_layout(options: dict[str, Any], layout: dict[str, Any]) -> None:
     ``{"min": a, "max": b}`` allows the integers a..b; a dict of names
     (mdev types with their instance counts) allows those names; a
     ``{"deployables": [...]}`` entry allows any image id string (Glance
-    says whether the image exists).
+    says whether the image exists); ``{"profiles": {name: count}}`` (MIG
+    GPU instance profiles) allows a list of those names, each at most
+    ``count`` times.
     """
     if not options:
         raise exception.Invalid(reason='the device cannot be partitioned')
@@ -151,10 +154,31 @@ def check_layout(options: dict[str, Any], layout: dict[str, Any]) -> None:
             if not isinstance(value, str) or not value:
                 raise exception.Invalid(
                     reason=f'{key} {value!r} is not an image id')
+        elif 'profiles' in allowed:
+            _check_profiles(key, value, allowed['profiles'])
         elif value not in allowed:
             raise exception.Invalid(
                 reason=f'{key} {value!r} is not one of '
                        f'{", ".join(sorted(allowed))}')
+
+
+def _check_profiles(key: str, value: Any, profiles: dict[str, int]
+                    ) -> None:
+    allowed = ', '.join(f'{name} (at most {count})'
+                        for name, count in sorted(profiles.items()))
+    if not isinstance(value, list) or not all(
+            isinstance(item, str) for item in value):
+        raise exception.Invalid(
+            reason=f'{key} {value!r} is not a list of: {allowed}')
+    counts = collections.Counter(value)
+    wrong = [f'{name} (not offered)' if name not in profiles
+             else f'{count} of {name}'
+             for name, count in sorted(counts.items())
+             if count > profiles.get(name, 0)]
+    if wrong:
+        raise exception.Invalid(
+            reason=f'{key} {value!r} asks for {", ".join(wrong)}; '
+                   f'allowed: {allowed or "none"}')
 
 
 _NAME = {'type': 'string', 'minLength': 1, 'maxLength': 255}

@@ -25,7 +25,9 @@ What makes a GPU unhealthy or degraded:
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
+from typing import TypeVar
 
 from cyborg.common import device_health
 from cyborg.common.device_health import Health
@@ -38,6 +40,7 @@ APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 # agent may start before the nvidia module loads, and a failed nvmlInit
 # costs ~100 ms of library loading, too much for every pass.
 RETRY_SECONDS = 300.0
+T = TypeVar('T')
 
 
 def bus_id(value: bytes | str) -> str:
@@ -129,6 +132,21 @@ class Nvml:
             LOG.warning('NVIDIA GPU %s reported critical XID %d.', address,
                         xid)
             self.xids.setdefault(address, []).append(xid)
+
+    def call(self, address: str, action: Callable[[Any, Any], T]
+             ) -> T | None:
+        """``action(pynvml, handle)`` for the GPU at ``address``, with
+        NVML's lock held: the one NVML of the driver serves health, usage
+        and MIG alike. None when NVML is unavailable or does not see the
+        GPU."""
+        with self._lock:
+            lib = self._load()
+            if lib is None:
+                return None
+            handle = self._handle(lib, address)
+            if handle is None:
+                return None
+            return action(lib, handle)
 
     def health(self, address: str) -> list[Health]:
         """What NVML says of the GPU at ``address``; nothing when NVML
