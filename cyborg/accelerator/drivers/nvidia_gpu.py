@@ -38,6 +38,7 @@ from oslo_config import cfg
 
 from cyborg.accelerator import pci
 from cyborg.accelerator.drivers import mdev_driver
+from cyborg.accelerator.drivers import nvidia_mig
 from cyborg.accelerator.drivers import nvidia_vgpu
 from cyborg.accelerator.drivers import nvml
 from cyborg.accelerator.drivers import pci_report
@@ -156,6 +157,7 @@ class NvidiaGpuDriver(MdevDriver):
         # Each SR-IOV vGPU GPU's framebuffer in GB, learnt from its type
         # names while none of its VFs had a type (they narrow after).
         self._framebuffer: dict[str, int] = {}
+        self.mig = nvidia_mig.Mig(self.nvml)
 
     def default_mdev_type(self, address: str) -> str | None:
         return self.vgpu_types.get(address)
@@ -172,6 +174,16 @@ class NvidiaGpuDriver(MdevDriver):
     def family_usage(self, device: DriverDevice) -> Usage | None:
         address = handle_address(device.controlpath_id)
         return self.nvml.usage(address) if address else None
+
+    # MIG (nvidia_mig): its keys beside the mdev, VF and vGPU ones.
+
+    def _apply_mig(self, device: DriverDevice, mig: dict[str, Any]) -> None:
+        gpu, vfs = self._sriov_vfs(device, nvidia_mig.ACTION)
+        address = self.control_function(device, nvidia_mig.ACTION)
+        busy = [f'vGPUs of type {t}' for t in self._existing(gpu, None)]
+        busy += [f'VF {s.function.address} (vGPU type {s.current})'
+                 for s in vfs if s.current is not None]
+        self.mig.apply(address, mig, busy + self.mig.processes(address))
 
     # Discovery
 
@@ -336,6 +348,8 @@ class NvidiaGpuDriver(MdevDriver):
             options['vgpu_type'] = capacity
             options['vgpu_count'] = {'min': 0,
                                      'max': max(capacity.values())}
+        address = handle_address(device.controlpath_id)
+        options.update(self.mig.layout_options(address) if address else {})
         return options
 
     def apply_layout(self, device: DriverDevice,
@@ -345,9 +359,14 @@ class NvidiaGpuDriver(MdevDriver):
         vGPUs of ``vgpu_type`` (0: none). Refused while a VF has another
         type: a layout never takes a vGPU from under its user."""
         vgpu = {k: layout[k] for k in VGPU_LAYOUT_KEYS if k in layout}
-        rest = {k: v for k, v in layout.items() if k not in vgpu}
+        mig = {k: layout[k] for k in nvidia_mig.LAYOUT_KEYS if k in layout}
+        rest = {k: v for k, v in layout.items()
+                if k not in vgpu and k not in mig}
         if rest:
             super().apply_layout(device, rest)
+        if mig:
+            # Before the vGPU keys: MIG-backed types need the partition.
+            self._apply_mig(device, mig)
         if not vgpu:
             return
         action = 'set the vGPU layout'
