@@ -11,6 +11,7 @@ from cyborg.accelerator.drivers import nvml
 from cyborg.common import device_report
 from cyborg.common import exception
 from cyborg.common.device_health import Health
+from cyborg.tests.harness import nvidia_vgpu_host
 from cyborg.tests.harness import nvml_double
 from cyborg.tests.unit.test_device_health import _one
 
@@ -304,3 +305,20 @@ def test_instances_stay_where_they_are(state):
     mig.apply(GPU, {'mig_partition': ['1g.10gb', '3g.40gb']}, [])
     assert _layout(state) == ([1, 1], [(9, 0), (19, 6)])
     assert 5 in [i['id'] for i in _gpu(state)['instances']]
+
+
+def test_driver_refuses_mig_while_a_vf_is_a_vgpu(state, tree, host_conf):
+    # An H100 whose SR-IOV VFs are vGPUs (vGPU software 17 and later): a
+    # VF given a type holds the GPU.
+    nvidia_vgpu_host.add_gpu(tree, GPU, vfs=2)
+    vf = nvidia_vgpu_host._vf_address(GPU, 1)
+    tree.write(f'{tree.device_dir(vf).relative_to(tree.base)}/'
+               f'{nvidia_vgpu_host.CURRENT}', '1008\n')
+    driver = nvidia_gpu.NvidiaGpuDriver(host_conf)
+    [device] = driver.discover()
+    assert driver.layout_options(device)['mig_mode'] == {'enabled': 1,
+                                                         'disabled': 1}
+    with pytest.raises(exception.DeviceActionError,
+                       match=rf'VF {vf} \(vGPU type 1008\)'):
+        driver.apply_layout(device, {'mig_mode': 'enabled'})
+    assert _gpu(state)['mig'] == [0, 0]
