@@ -271,8 +271,14 @@ class NvidiaGpuDriver(MdevDriver):
     def _vgpu_limit(self, gpu: pci.PciFunction,
                     vfs: list[nvidia_vgpu.VfState],
                     vgpu_type: nvidia_vgpu.VgpuType) -> int | None:
-        """How many vGPUs of ``vgpu_type`` the GPU holds, when the type
-        names say (see ``nvidia_vgpu.framebuffer_limit``)."""
+        """How many vGPUs of ``vgpu_type`` the GPU holds: for a MIG-backed
+        type, the GPU instances of its profile the MIG partition has (none
+        without one: the partition provides these types, whatever the VFs
+        list); for a time-sliced one, what the type names say (see
+        ``nvidia_vgpu.framebuffer_limit``)."""
+        profile = nvidia_mig.vgpu_profile(vgpu_type.name)
+        if profile is not None:
+            return self.mig.instances(gpu.address).count(profile)
         whole = nvidia_vgpu.whole_framebuffer(vfs)
         if whole:
             self._framebuffer[gpu.address] = whole

@@ -322,3 +322,22 @@ def test_driver_refuses_mig_while_a_vf_is_a_vgpu(state, tree, host_conf):
                        match=rf'VF {vf} \(vGPU type 1008\)'):
         driver.apply_layout(device, {'mig_mode': 'enabled'})
     assert _gpu(state)['mig'] == [0, 0]
+
+
+def test_mig_backed_vgpu_types_are_offered_as_the_partition_provides(
+        state, tree, host_conf):
+    # The VFs list a MIG-backed type; only GPU instances of its profile
+    # make it a vGPU to offer.
+    nvidia_vgpu_host.add_gpu(tree, GPU, vfs=4, types=(
+        *nvidia_vgpu_host.H100_TYPES, ('1062', 'NVIDIA H100XM-3-40C', 40)))
+    driver = nvidia_gpu.NvidiaGpuDriver(host_conf)
+    [device] = driver.discover()
+    assert driver.layout_options(device)['vgpu_type']['1062'] == 0
+    driver.apply_layout(device, {'mig_mode': 'enabled',
+                                 'mig_partition': ['3g.40gb', '1g.10gb']})
+    assert driver.layout_options(device)['vgpu_type']['1062'] == 1
+    driver.apply_layout(device, {'mig_partition': ['3g.40gb'] * 2})
+    driver.apply_layout(device, {'vgpu_type': '1062', 'vgpu_count': 2})
+    [device] = driver.discover()
+    assert [h.attach_info['vgpu_type'] for h in
+            device.deployables[0].attach_handles] == ['1062', '1062']
