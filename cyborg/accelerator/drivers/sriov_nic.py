@@ -42,6 +42,12 @@ STATISTICS = ('rx_bytes', 'tx_bytes', 'rx_errors', 'tx_errors',
 # operstate values (RFC 2863, as the kernel writes them) of a link that
 # cannot carry traffic.
 _LINK_DOWN = ('down', 'lowerlayerdown', 'notpresent')
+# The phys_port_name of a representor netdev (of a PF, VF or SF, "c1"
+# first for another controller's), as net/devlink/port.c
+# (__devlink_port_phys_port_name_get) writes it. In switchdev mode the
+# port's driver registers one per VF under the port's PCI device, beside
+# the uplink ("p0"); a representor is no interface of the port itself.
+_REPRESENTOR_RE = re.compile(r'^(c\d+)?pf\d+')
 
 
 def parse_mappings(option: str, values: list[str], name_re: re.Pattern[str],
@@ -155,7 +161,7 @@ class SriovNicDriver(PciDriver):
         interfaces = self._interfaces(pf)
         physnet = next((self.physnets[i] for i in interfaces
                         if i in self.physnets), None)
-        traits = [f'CUSTOM_NIC_{self.trait_vendor}_{product}']
+        traits = [f'CUSTOM_NIC_{self.trait_vendor}_{trait_part(product)}']
         extra = {}
         if physnet is None:
             self.warn('%s (interfaces: %s) is not in [%s] '
@@ -186,9 +192,23 @@ class SriovNicDriver(PciDriver):
 
 
 def _interfaces(function_dir: str) -> list[str]:
-    """The network interfaces of the PCI function at ``function_dir``."""
+    """The network interfaces of the PCI function at ``function_dir``,
+    less the representors of its VFs."""
+    net = os.path.join(function_dir, 'net')
     try:
-        return sorted(os.listdir(os.path.join(function_dir, 'net')))
+        names = sorted(os.listdir(net))
     except OSError:
         # Bound to vfio-pci or to no driver: no network interface.
         return []
+    return [name for name in names
+            if not _REPRESENTOR_RE.match(_port_name(net, name))]
+
+
+def _port_name(net: str, name: str) -> str:
+    """The interface's phys_port_name; empty when it has none (reading
+    it fails with EOPNOTSUPP for a netdev without a devlink port)."""
+    try:
+        return pci_health.read_text(
+            os.path.join(net, name, 'phys_port_name')) or ''
+    except OSError:
+        return ''
