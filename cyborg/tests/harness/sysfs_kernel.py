@@ -56,6 +56,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
+from cyborg.tests.harness import devlink
 from cyborg.tests.harness import nvidia_vgpu_host
 from cyborg.tests.harness.sysfs import SysfsTree
 
@@ -266,6 +267,7 @@ class Kernel:
                 self.tree.remove_function(vf)
                 link.unlink()
             nvidia_vgpu_host.vfs_removed(self.tree, address)
+            self._representors(address)
         else:
             self._enable_vfs(address, dev, count)
 
@@ -309,7 +311,15 @@ class Kernel:
         for n, vf in enumerate(vfs):
             vf_rel = str(self.tree.device_dir(vf).relative_to(self.tree.base))
             self.tree.link(f'{pf_rel}/virtfn{n}', vf_rel)
+        self._representors(address)
         (dev / 'sriov_numvfs').write_text(f'{count}\n')
+
+    def _representors(self, address: str) -> None:
+        """A port of an eswitch in switchdev mode (the emulated devlink's
+        state) has a representor netdev per VF: mlx5_core loads them as
+        it enables the VFs and unloads them as it disables them."""
+        if devlink.eswitch_mode(self.tree.root, address) is not None:
+            devlink.set_representors(self.tree, address)
 
     # Mediated devices
 
