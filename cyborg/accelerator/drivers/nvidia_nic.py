@@ -29,6 +29,7 @@ from cyborg.common import exception
 from cyborg.common.device_health import Health
 from cyborg.common.device_health import Usage
 from cyborg.common.device_report import DriverDevice
+from cyborg.common.device_report import check_layout
 
 LOG = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ class NvidiaNicDriver(SriovNicDriver):
         self._reporters: dict[str, list[devlink.Reporter]] = {}
         self._grown: set[tuple[str, str]] = set()
 
-    # Layouts: the VF count (sysfs), then the eswitch mode (devlink).
+    # Layouts: the eswitch mode (devlink), then the VF count (sysfs).
 
     def layout_options(self, device: DriverDevice) -> dict[str, Any]:
         """``vf_count``, and ``eswitch_mode`` when devlink reads the
@@ -98,13 +99,26 @@ class NvidiaNicDriver(SriovNicDriver):
 
     def apply_layout(self, device: DriverDevice,
                      layout: dict[str, Any]) -> None:
-        """Check the whole layout, set the VF count, then the eswitch
-        mode; changing nothing that already is as asked."""
-        super().apply_layout(device, layout)
+        """Check the whole layout, set the eswitch mode, then the VF
+        count; changing nothing that already is as asked.
+
+        The mode first: it is what mlx5_core may refuse (flows offloaded,
+        traps active), and a refusal then leaves the port as it was.
+        Current mlx5_core changes the mode with or without VFs; older
+        kernels refused switchdev on a port without VFs ("Can't set
+        offloads mode, SRIOV legacy not enabled", a check since removed
+        from eswitch_offloads.c esw_offloads_start), where the VF count
+        is set by a layout of its own first."""
+        check_layout(self.layout_options(device), layout)
         mode = layout.get('eswitch_mode')
-        if mode is None:
-            return
-        address = self.control_function(device, 'set the eswitch mode')
+        if mode is not None:
+            self._set_eswitch_mode(
+                self.control_function(device, 'set the eswitch mode'), mode)
+        rest = {k: v for k, v in layout.items() if k != 'eswitch_mode'}
+        if rest:
+            super().apply_layout(device, rest)
+
+    def _set_eswitch_mode(self, address: str, mode: str) -> None:
         if self.devlink.eswitch_mode(address) == mode:
             return
         self.devlink.set_eswitch_mode(address, mode)

@@ -198,15 +198,18 @@ def test_vfs_created_in_switchdev_mode_get_representors(driver, tree,
      'active.\nkernel answers: Operation not supported'),
 ])
 def test_what_mlx5_core_refuses_is_a_device_action_error(
-        driver, tree, state, message):
+        driver, tree, kernel, state, message):
     devlink_emulator.write_state(tree.root, CX6DX, dict(
         devlink_emulator.read_state(tree.root, CX6DX), **state))
     device = only(driver.discover(), CX6DX)
     with pytest.raises(exception.DeviceActionError) as caught:
-        driver.apply_layout(device, {'eswitch_mode': 'switchdev'})
+        driver.apply_layout(device, {'vf_count': 2,
+                                     'eswitch_mode': 'switchdev'})
     assert message in str(caught.value)
     assert 'devlink exited with status 1' in str(caught.value)
+    # Refused first: the VF count did not change either.
     assert devlink_emulator.eswitch_mode(tree.root, CX6DX) == 'legacy'
+    assert kernel_events(tree, 'sriov_numvfs') == []
 
 
 @pytest.mark.parametrize('layout, allowed', [
