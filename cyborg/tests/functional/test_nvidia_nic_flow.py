@@ -6,12 +6,13 @@ driver (``clean_after_use`` on) run as processes on real RabbitMQ; the
 agent's sysfs is a fixture tree whose writes an emulated kernel, another
 process, follows (``cyborg.tests.harness.sysfs_kernel``), and its
 devlink the emulated one (``cyborg.tests.harness.devlink``). The port is
-discovered and offered whole; a layout of 2 VFs in switchdev mode offers
-the VFs, each with the port's physical network; an instance is bound a
-VF through the API as Nova binds it, a layout change meanwhile is a 409
-naming its request, and once deleted the VF is reset (FLR) before it is
-offered again. A mode change mlx5_core refuses (offloaded flows) is a 409
-with the kernel's words, and the port goes back to legacy once it may.
+discovered and offered whole; a layout of 2 VFs in switchdev mode
+(``openstack accelerator device layout set``) offers the VFs, each with
+the port's physical network; an instance is bound a VF through the API as
+Nova binds it, a layout change meanwhile is a 409 naming its request, and
+once deleted the VF is reset (FLR) before it is offered again. A mode
+change mlx5_core refuses (offloaded flows) is a 409 with the kernel's
+words, and the port goes back to legacy once it may.
 """
 import json
 
@@ -99,12 +100,11 @@ def test_connectx_vfs_switchdev_bind_and_clean(tmp_path, rabbit_url,
             'vf_count': {'min': 0, 'max': 4},
             'eswitch_mode': {'legacy': 1, 'switchdev': 1}}
 
-        # Two VFs in switchdev mode: when the request returns, placement
+        # Two VFs in switchdev mode: when the command returns, placement
         # offers the VFs with the port's physical network, the port no
         # longer, and each VF has its representor.
-        answer = _put_layout(stack, device,
-                             {'vf_count': 2, 'eswitch_mode': 'switchdev'})
-        assert answer.status_code == 200, answer.text
+        stack.openstack('device', 'layout', 'set', device, '--vf-count',
+                        '2', '--eswitch-mode', 'switchdev')
         vfs = [(f'{NODE}_{vf}', {'CUSTOM_NIC': (1, 0)},
                 {*PORT_TRAITS, 'CUSTOM_VF'}) for vf in VFS]
         assert _offered(placement, root) == vfs
