@@ -28,6 +28,7 @@ from cyborg.accelerator.drivers import intel_fpga
 from cyborg.accelerator.drivers import intel_nic
 from cyborg.accelerator.drivers import intel_qat
 from cyborg.accelerator.drivers import nvidia_gpu
+from cyborg.accelerator.drivers import nvidia_nic
 from cyborg.accelerator.drivers import xilinx_fpga
 from cyborg.common import device_report
 from cyborg.db import models
@@ -171,6 +172,9 @@ FAMILIES: dict[str, tuple[type, Callable[[SysfsTree], None],
     'intel_nic': (intel_nic.IntelNicDriver, _intel_nic, _none),
     'intel_qat': (intel_qat.IntelQatDriver, _intel_qat, _none),
     'nvidia_gpu': (nvidia_gpu.NvidiaGpuDriver, _nvidia, _nvidia_conf),
+    'nvidia_nic': (nvidia_nic.NvidiaNicDriver, _with_vfs(
+        0x15b3, 0x101d, 0x020000, 'mlx5_core', '0000:3b:00.0',
+        ['0000:3b:00.2', '0000:3b:00.3'], '0000:3c:00.0'), _none),
     'generic_pci': (generic_pci.GenericPciDriver, _generic, _generic_conf),
     'huawei_ascend': (huawei_ascend.HuaweiAscendDriver, _with_vfs(
         0x19e5, 0xd500, ACCELERATOR, 'devdrv_device_driver', '0000:01:00.0',
