@@ -31,6 +31,10 @@ shows the handle free. With ``cyborg`` the handle stays reserved in
 placement until the agent has removed the mdev (``remove_mdev``); with
 ``nova`` it is free when the DELETE answers.
 
+Then ``--cycles`` layout changes of the GPU, each until placement shows
+it: the T4 between 8 and 16 vGPUs of nvidia-222, the H100 between 4
+vGPUs of 1010 and 8 of 1008 (its 16 VFs kept).
+
 A cycle's latency is its bind's and its delete's. Its CPU per process is
 read from ``/proc`` once the processes are done with it (the fake Nova has
 the bind's event, placement has the provider's state, the kernel shows no
@@ -185,6 +189,29 @@ def _cycles(client: layout.Client, probe: Probe, nova: api.FakeNovaProcess,
     return cost, binds, deletes
 
 
+def _layouts(client: layout.Client, probe: Probe, creator: str, count: int,
+             sessions: dict[int, str]) -> layout.Cost:
+    """``count`` layout changes of the GPU, 8 vGPUs and back to all (16
+    mdevs of nvidia-222 on the T4; 8 of 1008 on the H100 and back to 4 of
+    1010, whose VFs stay), each until placement shows it."""
+    if creator == 'sriov':
+        layouts = [{'vf_count': 16, 'vgpu_type': '1010', 'vgpu_count': 4},
+                   {'vf_count': 16, 'vgpu_type': H100_TYPE,
+                    'vgpu_count': 8}]
+    else:
+        layouts = [{'mdev_type': VGPU_TYPE, 'mdev_count': 8},
+                   {'mdev_type': VGPU_TYPE, 'mdev_count': 16}]
+    device = client.call('GET', f'/devices?hostname={NODE}&type=GPU'
+                         )['devices'][0]['uuid']
+    cost = layout.Cost()
+    for n in range(count):
+        body = layouts[n % 2]
+        cost.measure(lambda body=body: (
+            client.call('PUT', f'/devices/{device}/layout', json=body),
+            _until(probe.placement_synced, 'placement')), sessions)
+    return cost
+
+
 def _mode(backend: str, transport: str, creator: str, cycles: int,
           warmup: int, idle_seconds: float) -> dict[str, Any]:
     """The figures of one value of ``mdev_creator``, on a stack of its
@@ -230,7 +257,9 @@ def _mode(backend: str, transport: str, creator: str, cycles: int,
             idle = layout.idle_rates(sessions, idle_seconds)
             cost, binds, deletes = _cycles(client, probe, nova, tree,
                                            creator, cycles, sessions)
+            changes = _layouts(client, probe, creator, cycles, sessions)
             row = cost.row(creator, idle)
+            row['layout'] = changes.row(creator, idle)
             row.update(bind_ms=1000 * statistics.median(binds),
                        delete_ms=1000 * statistics.median(deletes),
                        idle_cpu_ms_per_s={k: v * 1000
@@ -270,6 +299,15 @@ def show(result: dict[str, Any]) -> None:
               f"{cpu.get('api', 0):>6.1f} {cpu.get('conductor', 0):>9.1f} "
               f"{cpu.get('agent', 0):>6.1f} {cpu.get('placement', 0):>9.1f}"
               f'  {others}')
+    print(f'{"layout":<12} {"median ms":>9} {"p95":>6} {"services":>8} '
+          f'{"api":>6} {"conductor":>9} {"agent":>6} {"placement":>9}')
+    for row in result['rows']:
+        change, cpu = row['layout'], row['layout']['cpu_ms']
+        print(f"{row['op']:<12} {change['median_ms']:>9.1f} "
+              f"{change['p95_ms']:>6.1f} {change['services_ms']:>8.1f} "
+              f"{cpu.get('api', 0):>6.1f} {cpu.get('conductor', 0):>9.1f} "
+              f"{cpu.get('agent', 0):>6.1f} "
+              f"{cpu.get('placement', 0):>9.1f}")
     for row in result['rows']:
         idle = ', '.join(f'{k} {v:.1f}' for k, v in
                          sorted(row['idle_cpu_ms_per_s'].items()))
