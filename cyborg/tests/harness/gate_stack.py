@@ -106,6 +106,19 @@ def wait_for(check: Callable[[], T], what: str, timeout: float = 30,
     return utils.wait_for(check, what, timeout, interval)
 
 
+def environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a process: the test's, unbuffered, with
+    ``extra`` over it; a PYTHONPATH in ``extra`` goes before the
+    inherited one, so that what it names (e.g. nvml_double.SHIM_DIR)
+    is found first and the rest is still found."""
+    found = dict(os.environ, PYTHONUNBUFFERED='1', **(extra or {}))
+    inherited = os.environ.get('PYTHONPATH')
+    if extra and 'PYTHONPATH' in extra and inherited:
+        found['PYTHONPATH'] = os.pathsep.join([extra['PYTHONPATH'],
+                                               inherited])
+    return found
+
+
 class Process:
     """One service process: how to start it, its PID and its log.
 
@@ -122,7 +135,7 @@ class Process:
         self.argv = argv
         self.log_path = log_path
         self.cwd = cwd
-        self.env = dict(os.environ, PYTHONUNBUFFERED='1', **(env or {}))
+        self.env = environment(env)
         self.popen: subprocess.Popen[bytes] | None = None
         self._offset = 0
 
@@ -261,15 +274,17 @@ class Stack:
 
     def _service(self, name: str, kind: str,
                  sections: dict[str, dict[str, Any]],
-                 extra: dict[str, dict[str, Any]] | None = None) -> Process:
+                 extra: dict[str, dict[str, Any]] | None = None,
+                 env: dict[str, str] | None = None) -> Process:
         """A cyborg service; ``extra`` adds options, section by section,
-        over those the stack sets."""
+        over those the stack sets, ``env`` variables to its environment
+        (see ``environment``)."""
         for section, values in (extra or {}).items():
             sections[section] = {**sections.get(section, {}), **values}
         conf = write_conf(self.workdir / f'{name}.conf', sections)
         return self._add(name, kind, [sys.executable, '-m',
                                       f'cyborg.cmd.{kind}',
-                                      '--config-file', str(conf)])
+                                      '--config-file', str(conf)], env=env)
 
     def _default(self, name: str, **values: Any) -> dict[str, Any]:
         return {'transport_url': self.rabbit_url,
@@ -415,12 +430,13 @@ class Stack:
                   accelerators: int,
                   pci_specs: tuple[dict[str, Any], ...] = (),
                   sysfs_root: str | None = None,
-                  extra: dict[str, dict[str, Any]] | None = None
-                  ) -> Process:
+                  extra: dict[str, dict[str, Any]] | None = None,
+                  env: dict[str, str] | None = None) -> Process:
         """An agent of host ``host`` (compute node ``hostname``) with the
         fake driver, and generic_pci over ``sysfs_root`` when
         ``pci_specs`` select functions. It logs at DEBUG, which says
-        whether each discovery pass was reported."""
+        whether each discovery pass was reported. ``env`` adds to its
+        environment (``environment``), e.g. to load the NVML double."""
         agent: dict[str, Any] = {'hostname': hostname,
                                  'periodic_interval': 2, 'hotplug': 'false',
                                  'enabled_drivers': 'fake_driver'}
@@ -434,7 +450,7 @@ class Stack:
             agent['sysfs_root'] = sysfs_root
             sections['generic_pci'] = {
                 'device_specs': [json.dumps(s) for s in pci_specs]}
-        return self._service(host, 'agent', sections, extra)
+        return self._service(host, 'agent', sections, extra, env)
 
     def state_path(self, name: str) -> pathlib.Path:
         return self._dir(f'{name}-state')
