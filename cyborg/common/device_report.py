@@ -134,7 +134,10 @@ def check_layout(options: dict[str, Any], layout: dict[str, Any]) -> None:
     ``{"deployables": [...]}`` entry allows any image id string (Glance
     says whether the image exists); ``{"profiles": {name: count}}`` (MIG
     GPU instance profiles) allows a list of those names, each at most
-    ``count`` times.
+    ``count`` times; ``{"after": [keys]}`` is a key the device offers once
+    those keys are applied (a vGPU type once the VFs exist, a MIG
+    partition once MIG mode is on), allowed in a layout that sets one of
+    them, where the driver checks it after applying them.
     """
     if not options:
         raise exception.Invalid(reason='the device cannot be partitioned')
@@ -144,7 +147,13 @@ def check_layout(options: dict[str, Any], layout: dict[str, Any]) -> None:
             raise exception.Invalid(
                 reason=f'layout key {key!r} is not one of '
                        f'{", ".join(sorted(options))}')
-        if 'min' in allowed and 'max' in allowed:
+        if 'after' in allowed:
+            if not any(first in layout for first in allowed['after']):
+                raise exception.Invalid(
+                    reason=f'{key} is offered once '
+                           f'{" or ".join(allowed["after"])} is applied: '
+                           'set it in the same layout')
+        elif 'min' in allowed and 'max' in allowed:
             if (not isinstance(value, int) or isinstance(value, bool)
                     or not allowed['min'] <= value <= allowed['max']):
                 raise exception.Invalid(

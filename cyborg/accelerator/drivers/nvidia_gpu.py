@@ -354,6 +354,13 @@ class NvidiaGpuDriver(MdevDriver):
             options['vgpu_type'] = capacity
             options['vgpu_count'] = {'min': 0,
                                      'max': max(capacity.values())}
+        elif gpu is not None and not gpu.vfs_enabled and 'vf_count' in (
+                options):
+            # Its VFs list the vGPU types once they exist: a layout that
+            # makes them may choose one, checked once they do (and
+            # applied again, VFs first, after a reboot took them away).
+            options['vgpu_type'] = options['vgpu_count'] = {
+                'after': ['vf_count']}
         address = handle_address(device.controlpath_id)
         options.update(self.mig.layout_options(address) if address else {})
         return options

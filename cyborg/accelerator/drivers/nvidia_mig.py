@@ -261,9 +261,10 @@ class Mig:
         self.nvml = reader
 
     def layout_options(self, address: str) -> dict[str, Any]:
-        """``mig_mode`` and, while MIG is enabled, ``mig_partition``
-        (``{"profiles": {<name>: <most instances>}}``); ``{}`` when NVML
-        is unavailable, does not see the GPU, or the GPU has no MIG."""
+        """``mig_mode`` and ``mig_partition``: while MIG is enabled
+        ``{"profiles": {<name>: <most instances>}}``, else ``{"after":
+        ["mig_mode"]}``; ``{}`` when NVML is unavailable, does not see the
+        GPU, or the GPU has no MIG."""
         return self.nvml.call(address, self._options) or {}
 
     def _options(self, lib: Any, handle: Any) -> dict[str, Any]:
@@ -276,6 +277,10 @@ class Mig:
             if profiles:
                 options['mig_partition'] = {
                     'profiles': {p.name: p.count for p in profiles}}
+        else:
+            # NVML reads the profiles only once MIG is on: a layout that
+            # turns it on may partition too, checked once it is on.
+            options['mig_partition'] = {'after': ['mig_mode']}
         return options
 
     def instances(self, address: str) -> list[str]:

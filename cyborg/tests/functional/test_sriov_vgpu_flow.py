@@ -6,11 +6,10 @@ driver run as processes on real RabbitMQ; the agent's sysfs is a fixture
 tree of an H100 SXM5 on the ``nvidia`` driver, and an emulated kernel and
 vGPU manager, another process, follow its writes (``sriov_numvfs``,
 ``current_vgpu_type``: ``harness/sysfs_kernel.py`` and
-``harness/nvidia_vgpu_host.py``). A layout enables 16 VFs, whose types
-the agent then offers; the next gives the GPU 4 vGPUs of 20 GB, keeping
-the VFs (the whole layout is what the agent applies again after a
-reboot, VFs first). An instance is bound one (its VF given the type),
-and deleting it takes the type back.
+``harness/nvidia_vgpu_host.py``). One layout enables 16 VFs and gives
+the GPU 4 vGPUs of 20 GB (the type is checked once the VFs list theirs);
+an instance is bound one (its VF given the type), and deleting it takes
+the type back.
 """
 import uuid
 
@@ -71,15 +70,9 @@ def test_h100_vgpus_on_vfs_through_the_api(tmp_path, rabbit_url,
             lambda: _inventory(placement, root) == [(provider, 'PGPU', 1, 0)],
             'placement offering the whole H100', 30, interval=0.5)
 
-        # The VFs first: the types are the VFs' to list. Until a type is
-        # chosen the GPU offers nothing (and is not whole any more).
-        answer = requests.put(
-            f'{api}/devices/{device}/layout', headers=HEADERS, timeout=60,
-            json={'vf_count': 16})
-        assert answer.status_code == 200, answer.text
-        assert _inventory(placement, root) == []
-        # Then the type, with the VFs it lives on: when the answer comes,
-        # placement offers 4 vGPUs of it on the GPU's provider.
+        # The VFs and a type in one layout (the type is checked once the
+        # VFs list theirs): when the answer comes, placement offers 4
+        # vGPUs of it on the GPU's provider, and no longer the PGPU.
         answer = requests.put(
             f'{api}/devices/{device}/layout', headers=HEADERS, timeout=60,
             json={'vf_count': 16, 'vgpu_type': TYPE_20C, 'vgpu_count': 4})

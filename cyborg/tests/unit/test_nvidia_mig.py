@@ -78,9 +78,11 @@ def test_h200_profile_names():
 
 def test_options_without_mig(state, monkeypatch):
     mig = nvidia_mig.Mig(nvml.Nvml())
-    # MIG disabled: its profiles cannot be read, only the mode is offered.
+    # MIG disabled: its profiles cannot be read; the partition is offered
+    # with the mode turning MIG on.
     assert mig.layout_options(GPU) == {
-        'mig_mode': {'enabled': 1, 'disabled': 1}}
+        'mig_mode': {'enabled': 1, 'disabled': 1},
+        'mig_partition': {'after': ['mig_mode']}}
     assert mig.layout_options(OTHER) == {}
     assert mig.instances(GPU) == []
     nvml_double.write_state(state, {GPU: nvml_double.gpu('T4')})
@@ -245,10 +247,15 @@ def _driver(tree, conf):
 
 def test_driver_layout_options_and_apply(state, tree, host_conf):
     driver, device = _driver(tree, host_conf)
-    assert driver.layout_options(device) == {
-        'mig_mode': {'enabled': 1, 'disabled': 1}}
-    driver.apply_layout(device, {'mig_mode': 'enabled',
-                                 'mig_partition': ['2g.20gb'] * 3})
+    options = driver.layout_options(device)
+    assert options == {'mig_mode': {'enabled': 1, 'disabled': 1},
+                       'mig_partition': {'after': ['mig_mode']}}
+    # Checked up front only with the mode that makes the profiles known.
+    with pytest.raises(exception.Invalid, match='once mig_mode is applied'):
+        device_report.check_layout(options, {'mig_partition': ['2g.20gb']})
+    layout = {'mig_mode': 'enabled', 'mig_partition': ['2g.20gb'] * 3}
+    device_report.check_layout(options, layout)
+    driver.apply_layout(device, layout)
     options = driver.layout_options(device)
     assert options['mig_partition'] == {'profiles': H100_PROFILES}
     device_report.check_layout(options, {'mig_partition': ['3g.40gb'] * 2})

@@ -7,6 +7,8 @@ import pytest
 from cyborg.accelerator.drivers import nvidia_gpu
 from cyborg.accelerator.drivers import nvidia_vgpu
 from cyborg.accelerator.drivers import pci_lifecycle
+from cyborg.agent import cache as agent_cache
+from cyborg.agent import layouts as agent_layouts
 from cyborg.common import device_report
 from cyborg.common import exception
 from cyborg.db.api import attach_handles
@@ -131,9 +133,15 @@ def test_enabling_vfs_and_choosing_a_type_in_one_layout(
     driver = _driver(conf, tree)
     [gpu] = driver.discover()
     assert gpu.deployables[0].attributes['rc'] == 'PGPU'
-    assert 'vgpu_type' not in driver.layout_options(gpu)
-    driver.apply_layout(gpu, {'vf_count': 16, 'vgpu_type': '1011',
-                              'vgpu_count': 2})
+    options = driver.layout_options(gpu)
+    # The types are the VFs' to list: offered with the VFs.
+    assert options['vgpu_type'] == {'after': ['vf_count']}
+    with pytest.raises(exception.Invalid, match='once vf_count is applied'):
+        device_report.check_layout(options, {'vgpu_type': '1011',
+                                             'vgpu_count': 2})
+    layout = {'vf_count': 16, 'vgpu_type': '1011', 'vgpu_count': 2}
+    device_report.check_layout(options, layout)
+    driver.apply_layout(gpu, layout)
     [gpu] = driver.discover()
     assert [h.attach_info['function'] for h in
             gpu.deployables[0].attach_handles] == ['0', '1']
@@ -222,3 +230,19 @@ def test_handles_naming_no_nvidia_vf_are_refused(conf, tree):
                        (_handle_info(_vfs(1)[0], 'x'), "'x' is not a vGPU")]:
         with pytest.raises(exception.DeviceActionError, match=says):
             driver.create_mdev(info, 'handle')
+
+
+def test_a_reboot_gets_the_vfs_and_their_type_back(conf, tree,
+                                                   h100_without_vfs,
+                                                   kernel):
+    # What the agent kept is applied again at its start, VFs first, on a
+    # GPU whose VFs the reboot took away.
+    driver = _driver(conf, tree)
+    [gpu] = driver.discover()
+    cache = agent_cache.AgentCache()
+    cache.record_layout(gpu.controlpath_id, 'nvidia_gpu', {
+        'vf_count': 16, 'vgpu_type': '1010', 'vgpu_count': 2})
+    assert agent_layouts.reapply([driver], cache, lambda layout: layout) == 1
+    [gpu] = driver.discover()
+    assert [h.attach_info['vgpu_type'] for h in
+            gpu.deployables[0].attach_handles] == ['1010', '1010']
