@@ -191,35 +191,32 @@ class Nvml:
         """NVML's temperature, power, utilisation and memory of the GPU
         at ``address``; None when NVML is unavailable or does not see it.
         """
-        with self._lock:
-            lib = self._load()
-            if lib is None:
-                return None
-            handle = self._handle(lib, address)
-            if handle is None:
-                return None
-            usage = Usage()
-            temperature = _optional(lib, lib.nvmlDeviceGetTemperature,
-                                    handle, lib.NVML_TEMPERATURE_GPU)
-            if temperature is not None:
-                usage.temperature_celsius = float(temperature)
-            milliwatts = _optional(lib, lib.nvmlDeviceGetPowerUsage, handle)
-            if milliwatts is not None:
-                usage.power_watts = milliwatts / 1000
-            rates = _optional(lib, lib.nvmlDeviceGetUtilizationRates, handle)
-            if rates is not None:
-                usage.utilization_percent = float(rates.gpu)
-            memory = _optional(lib, lib.nvmlDeviceGetMemoryInfo, handle)
-            if memory is not None:
-                usage.memory_used_bytes = int(memory.used)
-                usage.memory_total_bytes = int(memory.total)
-            ecc = _optional(lib, lib.nvmlDeviceGetTotalEccErrors, handle,
-                            lib.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-                            lib.NVML_VOLATILE_ECC)
-            if ecc is not None:
-                usage.counters['ecc_uncorrected_volatile'] = int(ecc)
-            usage.counters['xid_critical'] = len(self.xids.get(address, []))
-            return usage
+        return self.call(address, lambda lib, handle: self._usage(
+            lib, handle, address))
+
+    def _usage(self, lib: Any, handle: Any, address: str) -> Usage:
+        usage = Usage()
+        temperature = _optional(lib, lib.nvmlDeviceGetTemperature, handle,
+                                lib.NVML_TEMPERATURE_GPU)
+        if temperature is not None:
+            usage.temperature_celsius = float(temperature)
+        milliwatts = _optional(lib, lib.nvmlDeviceGetPowerUsage, handle)
+        if milliwatts is not None:
+            usage.power_watts = milliwatts / 1000
+        rates = _optional(lib, lib.nvmlDeviceGetUtilizationRates, handle)
+        if rates is not None:
+            usage.utilization_percent = float(rates.gpu)
+        memory = _optional(lib, lib.nvmlDeviceGetMemoryInfo, handle)
+        if memory is not None:
+            usage.memory_used_bytes = int(memory.used)
+            usage.memory_total_bytes = int(memory.total)
+        ecc = _optional(lib, lib.nvmlDeviceGetTotalEccErrors, handle,
+                        lib.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                        lib.NVML_VOLATILE_ECC)
+        if ecc is not None:
+            usage.counters['ecc_uncorrected_volatile'] = int(ecc)
+        usage.counters['xid_critical'] = len(self.xids.get(address, []))
+        return usage
 
 
 def _optional(lib: Any, call: Any, *args: Any) -> Any:

@@ -23,7 +23,6 @@ from cyborg.accelerator.drivers import pci_lifecycle
 from cyborg.tests.harness import gate_stack
 from cyborg.tests.harness import nvidia_vgpu_host
 from cyborg.tests.harness import nvml_double
-from cyborg.tests.harness import placement_server
 from cyborg.tests.harness import sysfs_kernel
 from cyborg.tests.harness.sysfs import SysfsTree
 
@@ -69,23 +68,13 @@ def test_h100_mig_backed_vgpus_through_the_api(tmp_path, rabbit_url,
     nvml_state = f'{tree.root}/nvml.json'
     nvml_double.write_state(nvml_state,
                             {H100: nvml_double.gpu('H100-80GB')})
-    stack = gate_stack.Stack(tmp_path, rabbit_url, empty_db_url,
-                             fake_nova.endpoint, fake_nova.token)
-    stack.add_placement()
-    stack.add_api()
-    stack.add_conductor('conductor1',
-                        extra={'conductor': {'bind_timeout': 30}})
-    stack.add_agent('agent1', NODE, 0, 1, extra={
-        'agent': {'enabled_drivers': 'nvidia_gpu',
-                  'sysfs_root': tree.root}},
-        env={'PYTHONPATH': nvml_double.SHIM_DIR,
-             nvml_double.ENV: nvml_state})
-    placement = placement_server.Placement(stack.placement_url)
-    api = stack.api_url
-    kernel = sysfs_kernel.spawn(tree.root)
-    with stack.running(after=lambda: (kernel.terminate(),
-                                      kernel.wait(10))):
-        root = stack.bring_up(placement, {'agent1': NODE})[NODE]
+    with gate_stack.emulated_host(
+            tmp_path, rabbit_url, empty_db_url, fake_nova, NODE, tree.root,
+            {'agent': {'enabled_drivers': 'nvidia_gpu'}},
+            env={'PYTHONPATH': nvml_double.SHIM_DIR,
+                 nvml_double.ENV: nvml_state}
+    ) as (stack, placement, root):
+        api = stack.api_url
         device = stack.first_device(NODE, 'the H100')['uuid']
         provider = f'{NODE}_{H100}'
         gate_stack.wait_for(
@@ -157,13 +146,7 @@ def test_h100_mig_backed_vgpus_through_the_api(tmp_path, rabbit_url,
         assert answer.status_code == 201, answer.text
         instance, arq = stack.bind_new('h100-3-40c', NODE, rp_uuid)
 
-        def bound():
-            found = requests.get(f'{api}/accelerator_requests/{arq}',
-                                 headers=HEADERS, timeout=10).json()
-            return found if found['state'] == 'Bound' else None
-
-        bound_arq = gate_stack.wait_for(bound, 'the ARQ to be bound', 30,
-                                        interval=0.5)
+        bound_arq = stack.wait_bound(arq)
         info = bound_arq['attach_handle_info']
         assert (info['vgpu_type'], info['managed'], info['vfio_driver'],
                 info['bus'], info['device'], info['function']) == (
@@ -184,12 +167,7 @@ def test_h100_mig_backed_vgpus_through_the_api(tmp_path, rabbit_url,
             headers=HEADERS, timeout=30)
         assert answer.status_code == 204, answer.text
         assert pci_lifecycle.wait_for(lambda: _current(tree, 0) == '0\n')
-        gate_stack.wait_for(
-            lambda: not any(
-                h['in_use'] for h in requests.get(
-                    f'{api}/attach_handles?device_uuid={device}',
-                    headers=HEADERS, timeout=10).json()['attach_handles']),
-            'the vGPU to be free', 30, interval=0.5)
+        stack.wait_free(NODE)
         assert [(e['event'], e.get('type')) for e in
                 sysfs_kernel.read_log(tree.root)
                 if e['event'] == 'vgpu_type'] == [

@@ -22,7 +22,6 @@ import requests
 from cyborg.accelerator.drivers import pci_lifecycle
 from cyborg.tests.harness import devlink
 from cyborg.tests.harness import gate_stack
-from cyborg.tests.harness import placement_server
 from cyborg.tests.harness import sysfs_kernel
 from cyborg.tests.harness.sysfs import SysfsTree
 
@@ -68,24 +67,16 @@ def test_connectx_vfs_switchdev_bind_and_clean(tmp_path, rabbit_url,
     tree = SysfsTree(tmp_path / 'host')
     devlink.add_mlx5_nic(tree, PORT, interface='ens1f0', sriov_totalvfs=4)
     program = devlink.install(tmp_path / 'bin', tree.root)
-    stack = gate_stack.Stack(tmp_path, rabbit_url, empty_db_url,
-                             fake_nova.endpoint, fake_nova.token)
-    stack.add_placement()
-    stack.add_api()
-    stack.add_conductor('conductor1',
-                        extra={'conductor': {'bind_timeout': 30}})
-    stack.add_agent('agent1', NODE, 0, 1, extra={
-        'agent': {'enabled_drivers': 'nvidia_nic',
-                  'sysfs_root': tree.root},
-        'nvidia_nic_devices': {'devlink_command': program,
-                               'physical_device_mappings': 'physnet1:ens1f0',
-                               'clean_after_use': 'true'}})
-    placement = placement_server.Placement(stack.placement_url)
-    api = stack.api_url
-    kernel = sysfs_kernel.spawn(tree.root)
-    with stack.running(after=lambda: (kernel.terminate(),
-                                      kernel.wait(10))):
-        root = stack.bring_up(placement, {'agent1': NODE})[NODE]
+    with gate_stack.emulated_host(
+            tmp_path, rabbit_url, empty_db_url, fake_nova, NODE, tree.root,
+            {
+            'agent': {'enabled_drivers': 'nvidia_nic'},
+            'nvidia_nic_devices': {
+                'devlink_command': program,
+                'physical_device_mappings': 'physnet1:ens1f0',
+                'clean_after_use': 'true'}}
+    ) as (stack, placement, root):
+        api = stack.api_url
 
         device = stack.first_device(NODE, 'the ConnectX port')['uuid']
         whole = [(f'{NODE}_{PORT}', {'CUSTOM_NIC': (1, 0)},
@@ -130,13 +121,7 @@ def test_connectx_vfs_switchdev_bind_and_clean(tmp_path, rabbit_url,
                   if found['name'] == f'{NODE}_{VFS[1]}')
         instance, arq = stack.bind_new('physnet1-vf', NODE, rp)
 
-        def bound():
-            found = requests.get(f'{api}/accelerator_requests/{arq}',
-                                 headers=HEADERS, timeout=10).json()
-            return found if found['state'] == 'Bound' else None
-
-        bound_arq = gate_stack.wait_for(bound, 'the ARQ to be bound', 30,
-                                        interval=0.5)
+        bound_arq = stack.wait_bound(arq)
         assert bound_arq['attach_handle_type'] == 'PCI'
         assert bound_arq['attach_handle_info'] == {
             'domain': '0000', 'bus': '3b', 'device': '10', 'function': '1',
@@ -155,9 +140,7 @@ def test_connectx_vfs_switchdev_bind_and_clean(tmp_path, rabbit_url,
         assert pci_lifecycle.wait_for(
             lambda: [e['device'] for e in sysfs_kernel.read_log(tree.root)
                      if e['event'] == 'reset'] == [VFS[1]], timeout=30)
-        gate_stack.wait_for(
-            lambda: not any(h['in_use'] for h in stack.attach_handles(NODE)),
-            'the cleaned VF to be free', 30, interval=0.5)
+        stack.wait_free(NODE)
         gate_stack.wait_for(lambda: _offered(placement, root) == vfs,
                             'placement offering both VFs again', 30,
                             interval=0.5)

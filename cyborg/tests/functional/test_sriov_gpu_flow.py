@@ -18,7 +18,6 @@ import pytest
 import requests
 
 from cyborg.tests.harness import gate_stack
-from cyborg.tests.harness import placement_server
 from cyborg.tests.harness import sysfs_kernel
 from cyborg.tests.harness.sysfs import SysfsTree
 
@@ -62,22 +61,13 @@ def test_amd_and_intel_vfs_bound_released_and_cleaned(
                           vf_driver='vfio-pci')
     tree.add_intel_gpu(B60, device=0xe211, class_code=0x030000,
                        sriov_totalvfs=2)
-    stack = gate_stack.Stack(tmp_path, rabbit_url, empty_db_url,
-                             fake_nova.endpoint, fake_nova.token)
-    stack.add_placement()
-    stack.add_api()
-    stack.add_conductor('conductor1',
-                        extra={'conductor': {'bind_timeout': 30}})
-    stack.add_agent('agent1', NODE, 0, 1, extra={
-        'agent': {'enabled_drivers': 'amd_gpu,intel_gpu',
-                  'sysfs_root': tree.root},
-        'amd_gpu_devices': {'clean_after_use': 'true'},
-        'intel_gpu_devices': {'clean_after_use': 'true'}})
-    placement = placement_server.Placement(stack.placement_url)
-    kernel = sysfs_kernel.spawn(tree.root)
-    with stack.running(after=lambda: (kernel.terminate(),
-                                      kernel.wait(10))):
-        root = stack.bring_up(placement, {'agent1': NODE})[NODE]
+    with gate_stack.emulated_host(
+            tmp_path, rabbit_url, empty_db_url, fake_nova, NODE, tree.root,
+            {
+            'agent': {'enabled_drivers': 'amd_gpu,intel_gpu'},
+            'amd_gpu_devices': {'clean_after_use': 'true'},
+            'intel_gpu_devices': {'clean_after_use': 'true'}}
+    ) as (stack, placement, root):
         offered = gate_stack.wait_for(
             lambda: (lambda p: p if len(p) == 2 else None)(
                 _gpu_providers(placement, root)),
@@ -132,10 +122,7 @@ def test_amd_and_intel_vfs_bound_released_and_cleaned(
             gate_stack.wait_for(
                 lambda address=address: address in _resets(tree.root),
                 f'the FLR of {address}', 30, interval=0.5)
-            gate_stack.wait_for(
-                lambda: not any(h['in_use']
-                                for h in stack.attach_handles(NODE)),
-                f'the cleaned {vendor} VF to be free', 30, interval=0.5)
+            stack.wait_free(NODE)
         assert sorted(_resets(tree.root)) == sorted(
             [MI300X_VF, address])
         assert placement.reserved(root) == 0

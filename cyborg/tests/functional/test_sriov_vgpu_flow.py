@@ -19,7 +19,6 @@ import requests
 from cyborg.accelerator.drivers import pci_lifecycle
 from cyborg.tests.harness import gate_stack
 from cyborg.tests.harness import nvidia_vgpu_host
-from cyborg.tests.harness import placement_server
 from cyborg.tests.harness import sysfs_kernel
 from cyborg.tests.harness.sysfs import SysfsTree
 
@@ -49,21 +48,11 @@ def test_h100_vgpus_on_vfs_through_the_api(tmp_path, rabbit_url,
                                            fake_nova):
     tree = SysfsTree(tmp_path / 'host')
     nvidia_vgpu_host.add_gpu(tree, H100)
-    stack = gate_stack.Stack(tmp_path, rabbit_url, empty_db_url,
-                             fake_nova.endpoint, fake_nova.token)
-    stack.add_placement()
-    stack.add_api()
-    stack.add_conductor('conductor1',
-                        extra={'conductor': {'bind_timeout': 30}})
-    stack.add_agent('agent1', NODE, 0, 1, extra={
-        'agent': {'enabled_drivers': 'nvidia_gpu',
-                  'sysfs_root': tree.root}})
-    placement = placement_server.Placement(stack.placement_url)
-    api = stack.api_url
-    kernel = sysfs_kernel.spawn(tree.root)
-    with stack.running(after=lambda: (kernel.terminate(),
-                                      kernel.wait(10))):
-        root = stack.bring_up(placement, {'agent1': NODE})[NODE]
+    with gate_stack.emulated_host(
+            tmp_path, rabbit_url, empty_db_url, fake_nova, NODE, tree.root,
+            {'agent': {'enabled_drivers': 'nvidia_gpu'}}
+    ) as (stack, placement, root):
+        api = stack.api_url
         device = stack.first_device(NODE, 'the H100')['uuid']
         provider = f'{NODE}_{H100}'
         gate_stack.wait_for(
@@ -105,13 +94,7 @@ def test_h100_vgpus_on_vfs_through_the_api(tmp_path, rabbit_url,
                 {'path': '/instance_uuid', 'op': 'add', 'value': instance}]})
         assert answer.status_code == 202, answer.text
 
-        def bound():
-            found = requests.get(f'{api}/accelerator_requests/{arq["uuid"]}',
-                                 headers=HEADERS, timeout=10).json()
-            return found if found['state'] == 'Bound' else None
-
-        bound_arq = gate_stack.wait_for(bound, 'the ARQ to be bound', 30,
-                                        interval=0.5)
+        bound_arq = stack.wait_bound(arq["uuid"])
         info = bound_arq['attach_handle_info']
         assert bound_arq['attach_handle_type'] == 'PCI'
         assert (info['vgpu_type'], info['managed'], info['vfio_driver'],
@@ -132,12 +115,7 @@ def test_h100_vgpus_on_vfs_through_the_api(tmp_path, rabbit_url,
             headers=HEADERS, timeout=30)
         assert answer.status_code == 204, answer.text
         assert pci_lifecycle.wait_for(lambda: _current(tree, 0) == '0\n')
-        gate_stack.wait_for(
-            lambda: not any(
-                h['in_use'] for h in requests.get(
-                    f'{api}/attach_handles?device_uuid={device}',
-                    headers=HEADERS, timeout=10).json()['attach_handles']),
-            'the vGPU to be free', 30, interval=0.5)
+        stack.wait_free(NODE)
         assert [(e['event'], e.get('type')) for e in
                 sysfs_kernel.read_log(tree.root)
                 if e['event'] == 'vgpu_type'] == [

@@ -16,8 +16,6 @@ import pytest
 import requests
 
 from cyborg.tests.harness import gate_stack
-from cyborg.tests.harness import placement_server
-from cyborg.tests.harness import sysfs_kernel
 from cyborg.tests.harness.sysfs import SysfsTree
 
 NODE = 'vf-node'
@@ -42,21 +40,11 @@ def test_e810_vfs_through_the_cli(tmp_path, rabbit_url, db_engine,
     tree.add_function(E810, 0x8086, 0x1593, 0x020000, driver='ice',
                       sriov_totalvfs=8)
     (tree.device_dir(E810) / 'sriov_vf_device').write_text('1889\n')
-    stack = gate_stack.Stack(tmp_path, rabbit_url, empty_db_url,
-                             fake_nova.endpoint, fake_nova.token)
-    stack.add_placement()
-    stack.add_api()
-    stack.add_conductor('conductor1',
-                        extra={'conductor': {'bind_timeout': 30}})
-    stack.add_agent('agent1', NODE, 0, 1, extra={
-        'agent': {'enabled_drivers': 'intel_nic',
-                  'sysfs_root': tree.root}})
-    placement = placement_server.Placement(stack.placement_url)
-    kernel = sysfs_kernel.spawn(tree.root, vf_drivers={'ice': 'iavf'})
-    with stack.running(after=lambda: (kernel.terminate(),
-                                      kernel.wait(10))):
-        root = stack.bring_up(placement, {'agent1': NODE})[NODE]
-
+    with gate_stack.emulated_host(
+            tmp_path, rabbit_url, empty_db_url, fake_nova, NODE, tree.root,
+            {'agent': {'enabled_drivers': 'intel_nic'}},
+            vf_drivers={'ice': 'iavf'}
+    ) as (stack, placement, root):
         uuid = stack.first_device(NODE, 'the NIC')['uuid']
         gate_stack.wait_for(lambda: _offered(placement, root) == [(1, 0)],
                             'placement offering the PF', 30, interval=0.5)

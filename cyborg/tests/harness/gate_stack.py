@@ -32,6 +32,7 @@ from oslo_log import log
 from cyborg.tests import utils
 from cyborg.tests.harness import nova_side
 from cyborg.tests.harness import placement_server
+from cyborg.tests.harness import sysfs_kernel
 
 # Seconds a process gets to stop after SIGTERM before it is killed.
 STOP_TIMEOUT = 15
@@ -78,6 +79,39 @@ def backends(default: str, among: tuple[str, ...] | None = None
     assert default in among, default
     names = among if os.environ.get(ALL_BACKENDS) == '1' else (default,)
     return [pytest.param(name, marks=pytest.mark.flow) for name in names]
+
+
+@contextlib.contextmanager
+def emulated_host(workdir: pathlib.Path, rabbit_url: str, database_url: str,
+                  nova: Any, node: str, sysfs_root: str,
+                  agent: dict[str, dict[str, Any]],
+                  env: dict[str, str] | None = None,
+                  vf_drivers: dict[str, str] | None = None
+                  ) -> Iterator[tuple['Stack', placement_server.Placement,
+                                      str]]:
+    """One host's flow: placement, cyborg-api, ``conductor1`` and
+    ``agent1`` of ``node`` as processes, the agent reading the sysfs
+    tree at ``sysfs_root`` with ``agent``'s options (its drivers
+    among them) and ``env``, and the emulated kernel of the tree
+    (``sysfs_kernel``) as another. Yields the stack, placement's
+    client and the node's compute node uuid once all answer; stops
+    them all after."""
+    stack = Stack(workdir, rabbit_url, database_url, nova.endpoint,
+                  nova.token)
+    stack.add_placement()
+    stack.add_api()
+    stack.add_conductor('conductor1',
+                        extra={'conductor': {'bind_timeout': 30}})
+    options = dict(agent)
+    options['agent'] = dict(agent.get('agent', {}),
+                            sysfs_root=sysfs_root)
+    stack.add_agent('agent1', node, 0, 1, extra=options, env=env)
+    placement = placement_server.Placement(stack.placement_url)
+    kernel = sysfs_kernel.spawn(sysfs_root, vf_drivers=vf_drivers)
+    with stack.running(after=lambda: (kernel.terminate(),
+                                      kernel.wait(10))):
+        root = stack.bring_up(placement, {'agent1': node})[node]
+        yield stack, placement, root
 
 
 def free_port() -> int:
@@ -392,6 +426,24 @@ class Stack:
                 {'path': '/instance_uuid', 'op': 'add', 'value': instance}]})
         assert answer.status_code == status, answer.text
         return instance, arq['uuid']
+
+    def wait_bound(self, arq_uuid: str) -> dict[str, Any]:
+        """The request once the API shows it Bound (within 30 s)."""
+        def bound() -> dict[str, Any] | None:
+            found = requests.get(
+                f'{self.api_url}/accelerator_requests/{arq_uuid}',
+                headers=API_HEADERS, timeout=10).json()
+            return found if found['state'] == 'Bound' else None
+
+        return wait_for(bound, f'request {arq_uuid} to be bound', 30,
+                        interval=0.5)
+
+    def wait_free(self, hostname: str) -> None:
+        """Wait (30 s) until no attach handle of ``hostname`` is in use."""
+        wait_for(lambda: not any(h['in_use']
+                                 for h in self.attach_handles(hostname)),
+                 f'the attach handles of {hostname} to be free', 30,
+                 interval=0.5)
 
     def attach_handles(self, hostname: str) -> list[dict[str, Any]]:
         """The attach handles of ``hostname`` as the API lists them
