@@ -417,7 +417,7 @@ def test_aio_configuration_files_over_its_settings(tmp_path, mysql_url):
      'valid: '),
     ('[agent]\nenabled_drivers = no_such_driver\n',
      'cyborg-aio: Unknown accelerator driver(s) in [agent] enabled_drivers: '
-     'no_such_driver. Available drivers: fake_driver, generic_pci, '),
+     'no_such_driver. Available drivers: amd_gpu, fake_driver, '),
 ], ids=['missing', 'unparsable', 'bad-value', 'unknown-driver'])
 def test_aio_bad_configuration_is_one_line(tmp_path, conf, error):
     path = tmp_path / 'aio.conf'

@@ -145,7 +145,7 @@ def test_unknown_driver_stops_the_agent(tmp_path):
          conf_file], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert 'no_such_driver' in proc.stderr
-    assert 'Available drivers: fake_driver' in proc.stderr
+    assert 'Available drivers: amd_gpu, fake_driver' in proc.stderr
     assert 'Traceback' not in proc.stderr
 
 
