@@ -98,15 +98,17 @@ def test_h100_mig_backed_vgpus_through_the_api(tmp_path, rabbit_url,
         assert offered['vgpu_type'][TYPE_3_40C[0]] == 0
         assert offered['vgpu_type']['1010'] == 4
         assert offered['mig_mode'] == {'enabled': 1, 'disabled': 1}
-        # NVML reads the profiles only with MIG enabled, so the mode
-        # comes first; the layout then carries both keys.
-        assert 'mig_partition' not in offered
-        answer = put({'vf_count': 16, 'mig_mode': 'enabled'})
-        assert answer.status_code == 200, answer.text
-        assert options()['mig_partition']['profiles']['3g.40gb'] == 2
+        # NVML reads the profiles only with MIG enabled: until then the
+        # partition is offered beside the mode that turns MIG on, and
+        # checked once it is on.
+        assert offered['mig_partition'] == {'after': ['mig_mode']}
+        answer = put({'vf_count': 16, 'mig_partition': PARTITION})
+        assert answer.status_code == 400, answer.text
+        assert 'once mig_mode is applied' in answer.text
         answer = put({'vf_count': 16, 'mig_mode': 'enabled',
                       'mig_partition': PARTITION})
         assert answer.status_code == 200, answer.text
+        assert options()['mig_partition']['profiles']['3g.40gb'] == 2
         assert _instances(nvml_state) == [(PROFILE_3G, 0), (PROFILE_3G, 4)]
         assert options()['vgpu_type'][TYPE_3_40C[0]] == 2
         assert _inventory(placement, root) == []
