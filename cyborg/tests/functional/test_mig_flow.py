@@ -40,17 +40,6 @@ PARTITION = ['3g.40gb', '3g.40gb']
 PROFILE_3G = 9
 
 
-def _inventory(placement, root):
-    return sorted((rp['name'], rc, inv['total'], inv['reserved'])
-                  for rp_uuid, rp in placement.tree(root).items()
-                  for rc, inv in placement.inventories(rp_uuid).items())
-
-
-def _current(tree, n):
-    vf = nvidia_vgpu_host._vf_address(H100, n)
-    return (tree.device_dir(vf) / nvidia_vgpu_host.CURRENT).read_text()
-
-
 def _instances(nvml_state):
     """(profile id, first memory slice) of the GPU's GPU instances."""
     found = nvml_double.read_state(nvml_state)['gpus'][H100]
@@ -78,7 +67,8 @@ def test_h100_mig_backed_vgpus_through_the_api(tmp_path, rabbit_url,
         device = stack.first_device(NODE, 'the H100')['uuid']
         provider = f'{NODE}_{H100}'
         gate_stack.wait_for(
-            lambda: _inventory(placement, root) == [(provider, 'PGPU', 1, 0)],
+            lambda: placement.inventory_below(root) == [
+                (provider, 'PGPU', 1, 0)],
             'placement offering the whole H100', 30, interval=0.5)
 
         def put(layout):
@@ -111,7 +101,7 @@ def test_h100_mig_backed_vgpus_through_the_api(tmp_path, rabbit_url,
         assert options()['mig_partition']['profiles']['3g.40gb'] == 2
         assert _instances(nvml_state) == [(PROFILE_3G, 0), (PROFILE_3G, 4)]
         assert options()['vgpu_type'][TYPE_3_40C[0]] == 2
-        assert _inventory(placement, root) == []
+        assert placement.inventory_below(root) == []
 
         # A set each profile of which the GPU offers, but whose GPU
         # instances NVML cannot place side by side (a 7g.80gb takes all
@@ -134,7 +124,7 @@ def test_h100_mig_backed_vgpus_through_the_api(tmp_path, rabbit_url,
                   'vgpu_type': TYPE_3_40C[0], 'vgpu_count': 2}
         answer = put(layout)
         assert answer.status_code == 200, answer.text
-        assert _inventory(placement, root) == [(provider, 'VGPU', 2, 0)]
+        assert placement.inventory_below(root) == [(provider, 'VGPU', 2, 0)]
         [rp_uuid] = placement.tree(root)
         assert TRAIT_3_40C in placement.traits(rp_uuid)
 
@@ -153,7 +143,7 @@ def test_h100_mig_backed_vgpus_through_the_api(tmp_path, rabbit_url,
         assert (info['vgpu_type'], info['managed'], info['vfio_driver'],
                 info['bus'], info['device'], info['function']) == (
             TYPE_3_40C[0], 'false', 'nvidia', '3b', '10', '0')
-        assert _current(tree, 0) == f'{TYPE_3_40C[0]}\n'
+        assert nvidia_vgpu_host.current(tree, H100, 0) == f'{TYPE_3_40C[0]}\n'
 
         # While it holds a vGPU the partition stays.
         answer = put({'vf_count': 16, 'mig_mode': 'enabled',
@@ -168,7 +158,8 @@ def test_h100_mig_backed_vgpus_through_the_api(tmp_path, rabbit_url,
             f'{api}/accelerator_requests?instance={instance}',
             headers=HEADERS, timeout=30)
         assert answer.status_code == 204, answer.text
-        assert pci_lifecycle.wait_for(lambda: _current(tree, 0) == '0\n')
+        assert pci_lifecycle.wait_for(
+            lambda: nvidia_vgpu_host.current(tree, H100, 0) == '0\n')
         stack.wait_free(NODE)
         assert [(e['event'], e.get('type')) for e in
                 sysfs_kernel.read_log(tree.root)

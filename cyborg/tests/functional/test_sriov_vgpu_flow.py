@@ -11,7 +11,6 @@ the GPU 4 vGPUs of 20 GB (the type is checked once the VFs list theirs);
 an instance is bound one (its VF given the type), and deleting it takes
 the type back.
 """
-import uuid
 
 import pytest
 import requests
@@ -30,17 +29,6 @@ TYPE_20C = '1010'
 TRAIT_20C = 'CUSTOM_NVIDIA_2330_H100XM_20C'
 
 
-def _inventory(placement, root):
-    return sorted((rp['name'], rc, inv['total'], inv['reserved'])
-                  for rp_uuid, rp in placement.tree(root).items()
-                  for rc, inv in placement.inventories(rp_uuid).items())
-
-
-def _current(tree, n):
-    vf = nvidia_vgpu_host._vf_address(H100, n)
-    return (tree.device_dir(vf) / nvidia_vgpu_host.CURRENT).read_text()
-
-
 @pytest.mark.parametrize('backend', gate_stack.backends('mysql'),
                          indirect=True)
 def test_h100_vgpus_on_vfs_through_the_api(tmp_path, rabbit_url,
@@ -56,7 +44,8 @@ def test_h100_vgpus_on_vfs_through_the_api(tmp_path, rabbit_url,
         device = stack.first_device(NODE, 'the H100')['uuid']
         provider = f'{NODE}_{H100}'
         gate_stack.wait_for(
-            lambda: _inventory(placement, root) == [(provider, 'PGPU', 1, 0)],
+            lambda: placement.inventory_below(root) == [
+                (provider, 'PGPU', 1, 0)],
             'placement offering the whole H100', 30, interval=0.5)
 
         # The VFs and a type in one layout (the type is checked once the
@@ -66,7 +55,7 @@ def test_h100_vgpus_on_vfs_through_the_api(tmp_path, rabbit_url,
             f'{api}/devices/{device}/layout', headers=HEADERS, timeout=60,
             json={'vf_count': 16, 'vgpu_type': TYPE_20C, 'vgpu_count': 4})
         assert answer.status_code == 200, answer.text
-        assert _inventory(placement, root) == [(provider, 'VGPU', 4, 0)]
+        assert placement.inventory_below(root) == [(provider, 'VGPU', 4, 0)]
         [rp_uuid] = placement.tree(root)
         assert TRAIT_20C in placement.traits(rp_uuid)
         options = requests.get(f'{api}/devices/{device}/layout',
@@ -75,46 +64,31 @@ def test_h100_vgpus_on_vfs_through_the_api(tmp_path, rabbit_url,
                                         '1011': 2, '1012': 1}
 
         # An instance is bound one vGPU: its VF gets the type.
-        answer = requests.post(f'{api}/device_profiles', headers=HEADERS,
-                               timeout=30, json=[{
-                                   'name': 'h100-20c',
-                                   'groups': [{'resources:VGPU': '1',
-                                               f'trait:{TRAIT_20C}':
-                                                   'required'}]}])
-        assert answer.status_code == 201, answer.text
-        arq = requests.post(
-            f'{api}/accelerator_requests', headers=HEADERS, timeout=30,
-            json={'device_profile_name': 'h100-20c'}).json()['arqs'][0]
-        instance = str(uuid.uuid4())
-        answer = requests.patch(
-            f'{api}/accelerator_requests', headers=HEADERS, timeout=30,
-            json={arq['uuid']: [
-                {'path': '/hostname', 'op': 'add', 'value': NODE},
-                {'path': '/device_rp_uuid', 'op': 'add', 'value': rp_uuid},
-                {'path': '/instance_uuid', 'op': 'add', 'value': instance}]})
-        assert answer.status_code == 202, answer.text
-
-        bound_arq = stack.wait_bound(arq["uuid"])
+        stack.create_profile('h100-20c', {'resources:VGPU': '1',
+                                          f'trait:{TRAIT_20C}': 'required'})
+        instance, arq = stack.bind_new('h100-20c', NODE, rp_uuid)
+        bound_arq = stack.wait_bound(arq)
         info = bound_arq['attach_handle_info']
         assert bound_arq['attach_handle_type'] == 'PCI'
         assert (info['vgpu_type'], info['managed'], info['vfio_driver'],
                 info['bus'], info['device'], info['function']) == (
             TYPE_20C, 'false', 'nvidia', '3b', '10', '0')
-        assert _current(tree, 0) == f'{TYPE_20C}\n'
+        assert nvidia_vgpu_host.current(tree, H100, 0) == f'{TYPE_20C}\n'
 
         # While it holds the vGPU the layout stays.
         answer = requests.put(
             f'{api}/devices/{device}/layout', headers=HEADERS, timeout=60,
             json={'vf_count': 16, 'vgpu_type': TYPE_20C, 'vgpu_count': 2})
         assert answer.status_code == 409, answer.text
-        assert arq['uuid'] in answer.text
+        assert arq in answer.text
 
         # Deleted: the VF's type is taken back and the handle is free.
         answer = requests.delete(
             f'{api}/accelerator_requests?instance={instance}',
             headers=HEADERS, timeout=30)
         assert answer.status_code == 204, answer.text
-        assert pci_lifecycle.wait_for(lambda: _current(tree, 0) == '0\n')
+        assert pci_lifecycle.wait_for(
+            lambda: nvidia_vgpu_host.current(tree, H100, 0) == '0\n')
         stack.wait_free(NODE)
         assert [(e['event'], e.get('type')) for e in
                 sysfs_kernel.read_log(tree.root)

@@ -14,7 +14,6 @@ it is deleted (the mdev removed), ``--mdev-count 0`` gives the T4 back
 whole.
 """
 import json
-import uuid
 
 import pytest
 import requests
@@ -131,27 +130,11 @@ def test_t4_vgpus_through_the_cli(tmp_path, rabbit_url, db_engine,
         assert _offered(placement, root) == [vgpus]
 
         # An instance is bound one vGPU: its mdev is created on the T4.
-        answer = requests.post(f'{api}/device_profiles', headers=HEADERS,
-                               timeout=30, json=[{
-                                   'name': 't4-2b',
-                                   'groups': [{'resources:VGPU': '1',
-                                               f'trait:{VGPU_TRAIT}':
-                                                   'required'}]}])
-        assert answer.status_code == 201, answer.text
-        arq = requests.post(
-            f'{api}/accelerator_requests', headers=HEADERS, timeout=30,
-            json={'device_profile_name': 't4-2b'}).json()['arqs'][0]
+        stack.create_profile('t4-2b', {'resources:VGPU': '1',
+                                       f'trait:{VGPU_TRAIT}': 'required'})
         [rp] = placement.tree(root)
-        instance = str(uuid.uuid4())
-        answer = requests.patch(
-            f'{api}/accelerator_requests', headers=HEADERS, timeout=30,
-            json={arq['uuid']: [
-                {'path': '/hostname', 'op': 'add', 'value': NODE},
-                {'path': '/device_rp_uuid', 'op': 'add', 'value': rp},
-                {'path': '/instance_uuid', 'op': 'add', 'value': instance}]})
-        assert answer.status_code == 202, answer.text
-
-        bound_arq = stack.wait_bound(arq["uuid"])
+        instance, arq = stack.bind_new('t4-2b', NODE, rp)
+        bound_arq = stack.wait_bound(arq)
         assert bound_arq['attach_handle_type'] == 'MDEV'
         assert bound_arq['attach_handle_info']['asked_type'] == VGPU_TYPE
         mdevs = tree.device_dir(T4) / 'mdev_supported_types' / VGPU_TYPE / (
@@ -162,7 +145,7 @@ def test_t4_vgpus_through_the_cli(tmp_path, rabbit_url, db_engine,
         answer = _put_layout(stack, device,
                              {'mdev_type': VGPU_TYPE, 'mdev_count': 0})
         assert answer.status_code == 409, answer.text
-        assert arq['uuid'] in answer.text
+        assert arq in answer.text
 
         # Deleted, its mdev removed: the T4 goes back whole.
         answer = requests.delete(

@@ -408,6 +408,13 @@ class Stack:
 
         return wait_for(listed, f'{what} in the API', 60, interval=0.5)
 
+    def create_profile(self, name: str, group: dict[str, str]) -> None:
+        """Create device profile ``name`` of one request group."""
+        answer = requests.post(
+            f'{self.api_url}/device_profiles', headers=API_HEADERS,
+            timeout=30, json=[{'name': name, 'groups': [group]}])
+        assert answer.status_code == 201, answer.text
+
     def bind_new(self, profile: str, hostname: str, rp_uuid: str,
                  status: int = 202) -> tuple[str, str]:
         """Create a request of device profile ``profile`` and bind it to a

@@ -89,6 +89,13 @@ def _vf_address(pf: str, n: int) -> str:
     return f'{pf[:8]}{(rid >> 3) & 0x1f:02x}.{rid & 7:x}'
 
 
+def current(tree: SysfsTree, pf: str, n: int) -> str:
+    """What ``current_vgpu_type`` of VF ``n`` of the GPU at ``pf`` reads,
+    its newline included (the manager's answer has one)."""
+    vf = _vf_address(pf, n)
+    return (tree.device_dir(vf) / CURRENT).read_text()
+
+
 def vfs_added(tree: SysfsTree, pf: str, vfs: Sequence[str]) -> None:
     """Give new VFs of the GPU at ``pf`` their vGPU files, as the vGPU
     manager does when the VFs are enabled."""

@@ -91,6 +91,14 @@ class Placement:
         return self.get(f'/resource_providers/{rp_uuid}/inventories'
                         )['inventories']
 
+    def inventory_below(self, root_uuid: str
+                        ) -> list[tuple[str, str, int, int]]:
+        """(provider name, resource class, total, reserved) of every
+        inventory in the tree of ``root_uuid``, sorted."""
+        return sorted((rp['name'], rc, inv['total'], inv['reserved'])
+                      for rp_uuid, rp in self.tree(root_uuid).items()
+                      for rc, inv in self.inventories(rp_uuid).items())
+
     def reserved(self, root_uuid: str) -> int:
         """What placement holds back below the root, all classes summed."""
         return sum(inventory['reserved'] for rp in self.tree(root_uuid)
