@@ -154,10 +154,7 @@ def test_h100_mig_backed_vgpus_through_the_api(tmp_path, rabbit_url,
 
         # Deleted: the VF's type is taken back and the handle is free;
         # the partition is as it was.
-        answer = requests.delete(
-            f'{api}/accelerator_requests?instance={instance}',
-            headers=HEADERS, timeout=30)
-        assert answer.status_code == 204, answer.text
+        stack.delete_instance(instance)
         assert pci_lifecycle.wait_for(
             lambda: nvidia_vgpu_host.current(tree, H100, 0) == '0\n')
         stack.wait_free(NODE)

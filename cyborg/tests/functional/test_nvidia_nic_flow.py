@@ -34,19 +34,6 @@ PORT_TRAITS = {'OWNER_CYBORG', 'CUSTOM_NIC_NVIDIA_CONNECTX6_DX',
                'CUSTOM_PHYSNET1'}
 
 
-def _offered(placement, root):
-    """Every provider below the compute node with inventory: its name,
-    {resource class: (total, reserved)} and traits, by name."""
-    found = []
-    for rp_uuid, rp in placement.tree(root).items():
-        inventories = placement.inventories(rp_uuid)
-        if inventories:
-            found.append((rp['name'], {
-                rc: (inventory['total'], inventory['reserved'])
-                for rc, inventory in inventories.items()},
-                placement.traits(rp_uuid)))
-    return sorted(found, key=lambda entry: entry[0])
-
 
 def _put_layout(stack, device, layout):
     return requests.put(f'{stack.api_url}/devices/{device}/layout',
@@ -81,7 +68,7 @@ def test_connectx_vfs_switchdev_bind_and_clean(tmp_path, rabbit_url,
         device = stack.first_device(NODE, 'the ConnectX port')['uuid']
         whole = [(f'{NODE}_{PORT}', {'CUSTOM_NIC': (1, 0)},
                   {*PORT_TRAITS, 'CUSTOM_PF'})]
-        gate_stack.wait_for(lambda: _offered(placement, root) == whole,
+        gate_stack.wait_for(lambda: placement.offered(root) == whole,
                             'placement offering the port', 30, interval=0.5)
 
         shown = json.loads(stack.openstack('device', 'layout', 'show',
@@ -98,7 +85,7 @@ def test_connectx_vfs_switchdev_bind_and_clean(tmp_path, rabbit_url,
                         '2', '--eswitch-mode', 'switchdev')
         vfs = [(f'{NODE}_{vf}', {'CUSTOM_NIC': (1, 0)},
                 {*PORT_TRAITS, 'CUSTOM_VF'}) for vf in VFS]
-        assert _offered(placement, root) == vfs
+        assert placement.offered(root) == vfs
         assert devlink.eswitch_mode(tree.root, PORT) == 'switchdev'
         assert sorted(
             (p / 'phys_port_name').read_text().strip()
@@ -133,15 +120,12 @@ def test_connectx_vfs_switchdev_bind_and_clean(tmp_path, rabbit_url,
         assert arq in answer.text
 
         # Deleted: the VF is reset, then offered again.
-        answer = requests.delete(
-            f'{api}/accelerator_requests?instance={instance}',
-            headers=HEADERS, timeout=30)
-        assert answer.status_code == 204, answer.text
+        stack.delete_instance(instance)
         assert pci_lifecycle.wait_for(
             lambda: [e['device'] for e in sysfs_kernel.read_log(tree.root)
                      if e['event'] == 'reset'] == [VFS[1]], timeout=30)
         stack.wait_free(NODE)
-        gate_stack.wait_for(lambda: _offered(placement, root) == vfs,
+        gate_stack.wait_for(lambda: placement.offered(root) == vfs,
                             'placement offering both VFs again', 30,
                             interval=0.5)
 
@@ -166,7 +150,7 @@ def test_connectx_vfs_switchdev_bind_and_clean(tmp_path, rabbit_url,
                              {'vf_count': 0, 'eswitch_mode': 'legacy'})
         assert answer.status_code == 200, answer.text
         assert devlink.eswitch_mode(tree.root, PORT) == 'legacy'
-        assert _offered(placement, root) == whole
+        assert placement.offered(root) == whole
         assert [p.name for p in (tree.device_dir(PORT) / 'net').iterdir()
                 ] == ['ens1f0']
         sets = [e for e in devlink.read_log(tree.root)

@@ -47,19 +47,6 @@ def _add_t4(tree):
             f'max_resolution=5120x2880, max_instance={instances}\n')
 
 
-def _offered(placement, root):
-    """Every provider below the compute node with inventory: its name,
-    {resource class: (total, reserved)} and traits."""
-    found = []
-    for rp_uuid, rp in placement.tree(root).items():
-        inventories = placement.inventories(rp_uuid)
-        if inventories:
-            found.append((rp['name'], {
-                rc: (inventory['total'], inventory['reserved'])
-                for rc, inventory in inventories.items()},
-                placement.traits(rp_uuid)))
-    return found
-
 
 def _put_layout(stack, device, layout):
     return requests.put(f'{stack.api_url}/devices/{device}/layout',
@@ -82,7 +69,7 @@ def test_t4_vgpus_through_the_cli(tmp_path, rabbit_url, db_engine,
         provider = f'{NODE}_{T4}'
         whole = (provider, {'PGPU': (1, 0)},
                  {'OWNER_CYBORG', 'CUSTOM_GPU_NVIDIA', 'CUSTOM_NVIDIA_1EB8'})
-        gate_stack.wait_for(lambda: _offered(placement, root) == [whole],
+        gate_stack.wait_for(lambda: placement.offered(root) == [whole],
                             'placement offering the whole T4', 30,
                             interval=0.5)
 
@@ -100,7 +87,7 @@ def test_t4_vgpus_through_the_cli(tmp_path, rabbit_url, db_engine,
         # the type's trait, and the PGPU gone.
         vgpus = (provider, {'VGPU': (4, 0)},
                  {'OWNER_CYBORG', 'CUSTOM_GPU_NVIDIA', VGPU_TRAIT})
-        assert _offered(placement, root) == [vgpus]
+        assert placement.offered(root) == [vgpus]
         handles = requests.get(f'{api}/attach_handles?device_uuid={device}',
                                headers=HEADERS, timeout=10).json()[
                                    'attach_handles']
@@ -127,7 +114,7 @@ def test_t4_vgpus_through_the_cli(tmp_path, rabbit_url, db_engine,
                              timeout=10).json()
         assert (shown['layout'], shown['layout_state']) == (
             {'mdev_type': VGPU_TYPE, 'mdev_count': 4}, 'applied')
-        assert _offered(placement, root) == [vgpus]
+        assert placement.offered(root) == [vgpus]
 
         # An instance is bound one vGPU: its mdev is created on the T4.
         stack.create_profile('t4-2b', {'resources:VGPU': '1',
@@ -148,15 +135,12 @@ def test_t4_vgpus_through_the_cli(tmp_path, rabbit_url, db_engine,
         assert arq in answer.text
 
         # Deleted, its mdev removed: the T4 goes back whole.
-        answer = requests.delete(
-            f'{api}/accelerator_requests?instance={instance}',
-            headers=HEADERS, timeout=30)
-        assert answer.status_code == 204, answer.text
+        stack.delete_instance(instance)
         assert pci_lifecycle.wait_for(lambda: not list(mdevs.iterdir()))
         stack.wait_free(NODE)
         stack.openstack('device', 'layout', 'set', device, '--mdev-type',
                         VGPU_TYPE, '--mdev-count', '0')
-        assert _offered(placement, root) == [whole]
+        assert placement.offered(root) == [whole]
         shown = requests.get(f'{api}/devices/{device}', headers=HEADERS,
                              timeout=10).json()
         assert (shown['layout'], shown['layout_state']) == (

@@ -434,6 +434,13 @@ class Stack:
         assert answer.status_code == status, answer.text
         return instance, arq['uuid']
 
+    def delete_instance(self, instance: str) -> None:
+        """Delete the requests of ``instance``, as Nova does."""
+        answer = requests.delete(
+            f'{self.api_url}/accelerator_requests?instance={instance}',
+            headers=API_HEADERS, timeout=30)
+        assert answer.status_code == 204, answer.text
+
     def wait_bound(self, arq_uuid: str) -> dict[str, Any]:
         """The request once the API shows it Bound (within 30 s)."""
         def bound() -> dict[str, Any] | None:

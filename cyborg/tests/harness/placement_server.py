@@ -99,6 +99,20 @@ class Placement:
                       for rp_uuid, rp in self.tree(root_uuid).items()
                       for rc, inv in self.inventories(rp_uuid).items())
 
+    def offered(self, root_uuid: str
+                ) -> list[tuple[str, dict[str, tuple[int, int]], set[str]]]:
+        """Every provider below the root with inventory: its name,
+        {resource class: (total, reserved)} and traits, by name."""
+        found = []
+        for rp_uuid, rp in self.tree(root_uuid).items():
+            inventories = self.inventories(rp_uuid)
+            if inventories:
+                found.append((rp['name'], {
+                    rc: (inventory['total'], inventory['reserved'])
+                    for rc, inventory in inventories.items()},
+                    self.traits(rp_uuid)))
+        return sorted(found, key=lambda entry: entry[0])
+
     def reserved(self, root_uuid: str) -> int:
         """What placement holds back below the root, all classes summed."""
         return sum(inventory['reserved'] for rp in self.tree(root_uuid)
