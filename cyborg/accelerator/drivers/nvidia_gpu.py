@@ -274,11 +274,15 @@ class NvidiaGpuDriver(MdevDriver):
         """How many vGPUs of ``vgpu_type`` the GPU holds: for a MIG-backed
         type, the GPU instances of its profile the MIG partition has (none
         without one: the partition provides these types, whatever the VFs
-        list); for a time-sliced one, what the type names say (see
+        list); for a time-sliced one, NVML's limit for the board, or,
+        without NVML, what the type names say (see
         ``nvidia_vgpu.framebuffer_limit``)."""
         profile = nvidia_mig.vgpu_profile(vgpu_type.name)
         if profile is not None:
             return self.mig.instances(gpu.address).count(profile)
+        limit = self.nvml.vgpu_max_instances(gpu.address, vgpu_type.type_id)
+        if limit is not None:
+            return limit
         whole = nvidia_vgpu.whole_framebuffer(vfs)
         if whole:
             self._framebuffer[gpu.address] = whole

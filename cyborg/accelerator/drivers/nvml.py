@@ -187,6 +187,20 @@ class Nvml:
                     'retired memory pages pending: reset the GPU'))
             return found
 
+    def vgpu_max_instances(self, address: str, type_id: str) -> int | None:
+        """How many vGPUs of type ``type_id`` the GPU at ``address`` holds
+        (``nvmlVgpuTypeGetMaxInstances``, the board's limit, used or not);
+        None when NVML cannot say."""
+        def read(lib: Any, handle: Any) -> int | None:
+            try:
+                return int(lib.nvmlVgpuTypeGetMaxInstances(handle,
+                                                           int(type_id)))
+            except lib.NVMLError as exc:
+                LOG.debug('NVML has no vGPU limit of type %s on GPU %s: %s',
+                          type_id, address, exc)
+                return None
+        return self.call(address, read)
+
     def usage(self, address: str) -> Usage | None:
         """NVML's temperature, power, utilisation and memory of the GPU
         at ``address``; None when NVML is unavailable or does not see it.

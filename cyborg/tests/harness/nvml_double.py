@@ -131,7 +131,10 @@ def gpu(board: str, **state: Any) -> dict[str, Any]:
     found = {'board': board, 'mig': [0, 0], 'instances': [],
              'processes': [], 'reset_exposed': True, 'resets': 0,
              'ecc': 0, 'pending_pages': 0, 'xids': [], 'temperature': 41,
-             'power_mw': 68_000, 'util': 0, 'memory_used_mib': 0}
+             'power_mw': 68_000, 'util': 0, 'memory_used_mib': 0,
+             # nvmlVgpuTypeGetMaxInstances by vGPU type id; none: the
+             # GPU runs no vGPU manager.
+             'vgpu_max_instances': {}}
     found.update(state)
     return found
 
@@ -315,6 +318,17 @@ class Nvml:
         pending = self._reading(device, 'pending_pages')
         return (real.NVML_FEATURE_ENABLED if pending
                 else real.NVML_FEATURE_DISABLED)
+
+    def nvmlVgpuTypeGetMaxInstances(self, handle: Any,
+                                    vgpuTypeId: int) -> int:
+        # nvml.h: NOT_SUPPORTED where vGPU is not, INVALID_ARGUMENT for a
+        # type the GPU does not have.
+        limits = self._reading(handle, 'vgpu_max_instances')
+        if not limits:
+            raise _fail(real.NVML_ERROR_NOT_SUPPORTED)
+        if str(vgpuTypeId) not in limits:
+            raise _fail(real.NVML_ERROR_INVALID_ARGUMENT)
+        return int(limits[str(vgpuTypeId)])
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any
                                              ) -> list[Any]:

@@ -2,6 +2,8 @@
 the files' format, discovery, layouts, and a VF given its type at bind and
 taken back at release, over the emulated kernel and vGPU manager
 (``harness/nvidia_vgpu_host.py``)."""
+import sys
+
 import pytest
 
 from cyborg.accelerator.drivers import nvidia_gpu
@@ -13,6 +15,7 @@ from cyborg.common import device_report
 from cyborg.common import exception
 from cyborg.db.api import attach_handles
 from cyborg.tests.harness import nvidia_vgpu_host
+from cyborg.tests.harness import nvml_double
 from cyborg.tests.harness import sysfs_kernel
 from cyborg.tests.harness.sysfs import pci_parts
 
@@ -246,3 +249,26 @@ def test_a_reboot_gets_the_vfs_and_their_type_back(conf, tree,
     [gpu] = driver.discover()
     assert [h.attach_info['vgpu_type'] for h in
             gpu.deployables[0].attach_handles] == ['1010', '1010']
+
+
+def test_nvml_says_how_many_vgpus_a_type_holds(conf, tree, h100,
+                                               monkeypatch):
+    # The board's limits as NVML gives them; after a restart with a VF
+    # typed, the narrowed lists no longer say, and NVML still does.
+    state = f'{tree.root}/nvml.json'
+    nvml_double.write_state(state, {H100: nvml_double.gpu(
+        'H100-80GB', vgpu_max_instances={
+            '1008': 8, '1009': 4, '1010': 4, '1011': 2, '1012': 1})})
+    monkeypatch.setitem(sys.modules, 'pynvml', nvml_double.module(state))
+    driver = _driver(conf, tree)
+    [gpu] = driver.discover()
+    # 80 // 16 is 5 by the names; the board holds 4 of 16 GB.
+    assert driver.layout_options(gpu)['vgpu_type']['1009'] == 4
+    (tree.device_dir(_vfs(1)[0]) / nvidia_vgpu.CURRENT).write_text('1010\n')
+    # The manager's lists, narrowed by the 20 GB vGPU.
+    for vf in _vfs(16)[1:]:
+        (tree.device_dir(vf) / nvidia_vgpu.CREATABLE).write_text(
+            nvidia_vgpu_host.HEADER + '\n1010  : NVIDIA H100XM-20C\n')
+    restarted = _driver(conf, tree, ['1010'], [f'1010:{H100}'])
+    [gpu] = restarted.discover()
+    assert gpu.deployables[0].num_accelerators == 4
