@@ -324,9 +324,12 @@ class NvidiaGpuDriver(MdevDriver):
                                 for t in offered.values()) or 'none')
             return pci_report.device('GPU', gpu, [], **board)
         vgpu_type = offered[type_id]
-        chosen = self._vgpu_hosts(gpu, vfs, type_id)
+        limit = self._vgpu_limit(gpu, vfs, vgpu_type)
         if count is not None:
-            chosen = chosen[:count]
+            limit = count if limit is None else min(limit, count)
+        # A VF that has the type is always one: a layout never takes a
+        # vGPU from under its user.
+        chosen = nvidia_vgpu.hosts(vfs, type_id, limit)
         handles = [self._vgpu_handle(state.function, type_id)
                    for state in chosen]
         traits = ['OWNER_CYBORG', VENDOR_TRAIT,

@@ -272,3 +272,16 @@ def test_nvml_says_how_many_vgpus_a_type_holds(conf, tree, h100,
     restarted = _driver(conf, tree, ['1010'], [f'1010:{H100}'])
     [gpu] = restarted.discover()
     assert gpu.deployables[0].num_accelerators == 4
+
+
+def test_a_vf_with_the_type_stays_a_handle_under_a_smaller_count(
+        conf, tree, h100):
+    # VF 5 has the type (a vGPU made before the layout): it is one of the
+    # two handles, whatever its place among the VFs.
+    (tree.device_dir(_vfs(6)[5]) / nvidia_vgpu.CURRENT).write_text('1010\n')
+    driver = _driver(conf, tree)
+    [gpu] = driver.discover()
+    driver.apply_layout(gpu, {'vgpu_type': '1010', 'vgpu_count': 2})
+    [gpu] = driver.discover()
+    assert [h.attach_info['function'] for h in
+            gpu.deployables[0].attach_handles] == ['0', '5']
