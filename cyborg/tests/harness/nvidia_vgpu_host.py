@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cyborg.tests.harness.sysfs import SysfsTree
+from cyborg.tests.harness.sysfs import vf_addresses
 
 MODEL_DIR = 'nvidia-vgpu'
 HEADER = 'ID    : vGPU Name'
@@ -76,23 +77,16 @@ def add_gpu(tree: SysfsTree, address: str, device: int = 0x2330,
         'framebuffer_gb': framebuffer_gb,
         'types': [list(t) for t in types], 'vfs': {}}))
     if vfs:
-        vf_addresses = [_vf_address(address, n) for n in range(vfs)]
-        tree.add_vfs(address, vf_addresses, 0x10de, device, driver='nvidia')
-        vfs_added(tree, address, vf_addresses)
+        made = vf_addresses(address, vfs)
+        tree.add_vfs(address, made, 0x10de, device, driver='nvidia')
+        vfs_added(tree, address, made)
     return dev
-
-
-def _vf_address(pf: str, n: int) -> str:
-    # Device 0x10 of the PF's bus onwards, as the emulated kernel places
-    # VFs without sriov_offset (sysfs_kernel.DEFAULT_VF_OFFSET).
-    rid = 128 + n
-    return f'{pf[:8]}{(rid >> 3) & 0x1f:02x}.{rid & 7:x}'
 
 
 def current(tree: SysfsTree, pf: str, n: int) -> str:
     """What ``current_vgpu_type`` of VF ``n`` of the GPU at ``pf`` reads,
     its newline included (the manager's answer has one)."""
-    vf = _vf_address(pf, n)
+    vf = vf_addresses(pf, n + 1)[n]
     return (tree.device_dir(vf) / CURRENT).read_text()
 
 

@@ -13,6 +13,7 @@ formats them.
 """
 import os
 import pathlib
+import re
 import shutil
 from collections.abc import Iterable
 from collections.abc import Mapping
@@ -45,6 +46,31 @@ def _hex(value: Id, digits: int) -> str:
 
 def _link_name(path: pathlib.Path) -> str | None:
     return os.path.basename(os.readlink(path)) if path.is_symlink() else None
+
+
+# Where VFs go when a PF has no sriov_offset / sriov_stride file: routing
+# id + 128 (device 0x10 of the PF's bus), one function apart.
+DEFAULT_VF_OFFSET = 128
+DEFAULT_VF_STRIDE = 1
+_ADDRESS_RE = re.compile(r'^([0-9a-f]{4,8}):([0-9a-f]{2}):([0-1][0-9a-f])'
+                         r'\.([0-7])$')
+
+
+def vf_addresses(pf: str, count: int, offset: int = DEFAULT_VF_OFFSET,
+                 stride: int = DEFAULT_VF_STRIDE) -> list[str]:
+    """The addresses of the first ``count`` VFs of PF ``pf``: routing id
+    + ``offset`` + n * ``stride`` (the SR-IOV capability's First VF Offset
+    and VF Stride, as the kernel's pci_iov_virtfn_bus/devfn place them)."""
+    match = _ADDRESS_RE.match(pf)
+    assert match is not None, pf
+    domain, bus, device, function = match.groups()
+    rid = (int(bus, 16) << 8) | (int(device, 16) << 3) | int(function)
+    found = []
+    for n in range(count):
+        vf_rid = rid + offset + n * stride
+        found.append(f'{domain}:{vf_rid >> 8:02x}:'
+                     f'{(vf_rid >> 3) & 0x1f:02x}.{vf_rid & 7:x}')
+    return found
 
 
 def pci_parts(address: str) -> dict[str, str]:

@@ -45,7 +45,6 @@ import argparse
 import json
 import os
 import pathlib
-import re
 import signal
 import subprocess
 import sys
@@ -58,7 +57,10 @@ from typing import Any
 
 from cyborg.tests.harness import devlink
 from cyborg.tests.harness import nvidia_vgpu_host
+from cyborg.tests.harness.sysfs import DEFAULT_VF_OFFSET
+from cyborg.tests.harness.sysfs import DEFAULT_VF_STRIDE
 from cyborg.tests.harness.sysfs import SysfsTree
+from cyborg.tests.harness.sysfs import vf_addresses
 
 LOG_NAME = 'kernel.log'
 READY_NAME = 'kernel.ready'
@@ -75,12 +77,6 @@ VF_DRIVERS = {'ice': 'iavf', 'i40e': 'iavf', 'nvidia': 'nvidia',
 # github.com/amd/MxGPU-Virtualization) enables VFs itself at load
 # (vf_num), and amdgpu (amdgpu_drv.c) does not lend VFs at all.
 NO_SRIOV_CONFIGURE = frozenset({'gim', 'amdgpu'})
-# Where VFs go when a PF has no sriov_offset / sriov_stride file: routing
-# id + 128 (device 0x10 of the PF's bus), one function apart.
-DEFAULT_VF_OFFSET = 128
-DEFAULT_VF_STRIDE = 1
-_ADDRESS_RE = re.compile(r'^([0-9a-f]{4,8}):([0-9a-f]{2}):([0-1][0-9a-f])'
-                         r'\.([0-7])$')
 
 
 def read_log(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -275,15 +271,7 @@ class Kernel:
                     count: int) -> None:
         offset = _int_file(dev / 'sriov_offset', DEFAULT_VF_OFFSET)
         stride = _int_file(dev / 'sriov_stride', DEFAULT_VF_STRIDE)
-        match = _ADDRESS_RE.match(address)
-        assert match is not None
-        domain, bus, device, function = match.groups()
-        rid = (int(bus, 16) << 8) | (int(device, 16) << 3) | int(function)
-        vfs = []
-        for n in range(count):
-            vf_rid = rid + offset + n * stride
-            vfs.append(f'{domain}:{vf_rid >> 8:02x}:'
-                       f'{(vf_rid >> 3) & 0x1f:02x}.{vf_rid & 7:x}')
+        vfs = vf_addresses(address, count, offset, stride)
         vf_device = ((dev / 'sriov_vf_device').read_text().strip()
                      if (dev / 'sriov_vf_device').exists()
                      else (dev / 'device').read_text().strip())

@@ -13,6 +13,7 @@ from cyborg.common import exception
 from cyborg.common.device_health import Health
 from cyborg.tests.harness import nvidia_vgpu_host
 from cyborg.tests.harness import nvml_double
+from cyborg.tests.harness.sysfs import vf_addresses
 from cyborg.tests.unit.test_device_health import _one
 
 GPU = '0000:3b:00.0'
@@ -318,7 +319,7 @@ def test_driver_refuses_mig_while_a_vf_is_a_vgpu(state, tree, host_conf):
     # An H100 whose SR-IOV VFs are vGPUs (vGPU software 17 and later): a
     # VF given a type holds the GPU.
     nvidia_vgpu_host.add_gpu(tree, GPU, vfs=2)
-    vf = nvidia_vgpu_host._vf_address(GPU, 1)
+    vf = vf_addresses(GPU, 2)[1]
     tree.write(f'{tree.device_dir(vf).relative_to(tree.base)}/'
                f'{nvidia_vgpu_host.CURRENT}', '1008\n')
     driver = nvidia_gpu.NvidiaGpuDriver(host_conf)

@@ -18,6 +18,7 @@ from cyborg.tests.harness import nvidia_vgpu_host
 from cyborg.tests.harness import nvml_double
 from cyborg.tests.harness import sysfs_kernel
 from cyborg.tests.harness.sysfs import pci_parts
+from cyborg.tests.harness.sysfs import vf_addresses
 
 H100 = '0000:3b:00.0'
 TRAIT_10C = 'CUSTOM_NVIDIA_2330_H100XM_10C'
@@ -38,7 +39,7 @@ def _driver(conf, tree, types=(), addresses=()):
 
 
 def _vfs(n):
-    return [nvidia_vgpu_host._vf_address(H100, i) for i in range(n)]
+    return vf_addresses(H100, n)
 
 
 @pytest.fixture
