@@ -289,20 +289,12 @@ class NvidiaGpuDriver(MdevDriver):
         return nvidia_vgpu.framebuffer_limit(
             vgpu_type, whole or self._framebuffer.get(gpu.address))
 
-    def _vgpu_hosts(self, gpu: pci.PciFunction,
-                    vfs: list[nvidia_vgpu.VfState], type_id: str
-                    ) -> list[nvidia_vgpu.VfState]:
-        vgpu_type = nvidia_vgpu.offered(vfs).get(type_id)
-        if vgpu_type is None:
-            return []
-        return nvidia_vgpu.hosts(vfs, type_id,
-                                 self._vgpu_limit(gpu, vfs, vgpu_type))
-
     def vgpu_capacity(self, gpu: pci.PciFunction,
                       vfs: list[nvidia_vgpu.VfState]) -> dict[str, int]:
         """How many vGPUs of each type the GPU's VFs can host now."""
-        return {type_id: len(self._vgpu_hosts(gpu, vfs, type_id))
-                for type_id in nvidia_vgpu.offered(vfs)}
+        return {type_id: len(nvidia_vgpu.hosts(
+                    vfs, type_id, self._vgpu_limit(gpu, vfs, vgpu_type)))
+                for type_id, vgpu_type in nvidia_vgpu.offered(vfs).items()}
 
     def _sriov_vgpus(self, gpu: pci.PciFunction,
                      vfs: list[nvidia_vgpu.VfState]) -> DriverDevice:
