@@ -1,10 +1,14 @@
-"""A conductor's Prometheus metrics: ARQs by state, bind durations and
-the transactions the database aborted for a deadlock.
+"""A conductor's Prometheus metrics: ARQs by state, bind durations, the
+transactions the database aborted for a deadlock, which agents beat and
+whether placement answers.
 
 Every conductor serves the same ARQ counts, those of the whole cloud read
 from the database, and a histogram of the binds it ran itself: sum the
 histograms over conductors, and take one conductor's counts (``max``).
+An agent's heartbeats go to any one conductor: whether it is up is the
+``max`` over conductors.
 """
+import datetime
 import logging
 import threading
 import time
@@ -13,14 +17,18 @@ from collections.abc import Iterator
 import prometheus_client
 from oslo_config import cfg
 from oslo_db import exception as db_exc
+from oslo_utils import timeutils
 from prometheus_client import core
 from prometheus_client import registry as prom_registry
 
 from cyborg import context as cyborg_context
 from cyborg.common import metrics_server
+from cyborg.conductor import heartbeats
+from cyborg.conductor import placement_sync
 from cyborg.db import models
 from cyborg.db.api import arqs
 from cyborg.db.api import deadlocks
+from cyborg.db.api import services
 
 LOG = logging.getLogger(__name__)
 
@@ -106,7 +114,7 @@ class ArqCollector(prom_registry.Collector):
 
 class DeadlockCollector(prom_registry.Collector):
     """This process's deadlocks by transaction and outcome
-    (``deadlocks.counts``)."""
+    (``deadlocks.counts``), 0 for every transaction that has none."""
 
     def collect(self) -> Iterator[core.Metric]:
         family = core.CounterMetricFamily(
@@ -114,24 +122,105 @@ class DeadlockCollector(prom_registry.Collector):
             'database aborted for a deadlock or a Galera certification '
             'conflict, by whether they were retried or failed.',
             labels=['transaction', 'outcome'])
-        for (transaction, outcome), count in sorted(
-                deadlocks.counts.snapshot().items()):
-            family.add_metric([transaction, outcome], count)
+        counted = deadlocks.counts.snapshot()
+        every = {*counted, *((transaction, outcome)
+                             for transaction in deadlocks.transactions
+                             for outcome in deadlocks.OUTCOMES)}
+        for transaction, outcome in sorted(every):
+            family.add_metric([transaction, outcome],
+                              counted.get((transaction, outcome), 0))
+        yield family
+
+
+class AgentCollector(prom_registry.Collector):
+    """Whether each agent's last heartbeat is at most ``[DEFAULT]
+    service_down_time`` old, as this conductor knows it.
+
+    The heartbeats come from ``heartbeats.HeartbeatBatch.last_seen``, in
+    memory. An agent that stopped before this conductor started never
+    beats here: the agents' services rows are read once, at the first
+    scrape that can, so that it is served down instead of not at all.
+    """
+
+    AGENT = 'cyborg-agent'
+
+    def __init__(self, beats: heartbeats.HeartbeatBatch,
+                 down_time: int) -> None:
+        self.beats = beats
+        self.down_time = down_time
+        self._lock = threading.Lock()
+        self._known: dict[str, datetime.datetime] | None = None
+
+    def _recorded(self) -> dict[str, datetime.datetime]:
+        with self._lock:
+            if self._known is None:
+                try:
+                    rows = services.get_all(
+                        cyborg_context.get_admin_context(), self.AGENT)
+                except db_exc.DBError as exc:
+                    LOG.warning('Cannot read the agents\' services for '
+                                'the metrics: %s', exc)
+                    return {}
+                self._known = {}
+                for row in rows:
+                    name = row['hostname'] or row['host']
+                    seen = self._known.get(name, row['last_seen_at'])
+                    self._known[name] = max(seen, row['last_seen_at'])
+            return self._known
+
+    def collect(self) -> Iterator[core.Metric]:
+        seen = dict(self._recorded())
+        for name, at in self.beats.last_seen(self.AGENT).items():
+            seen[name] = max(at, seen.get(name, at))
+        down_after = timeutils.utcnow() - datetime.timedelta(
+            seconds=self.down_time)
+        family = core.GaugeMetricFamily(
+            'cyborg_agent_up', 'Whether the agent\'s last heartbeat this '
+            'conductor knows of is at most service_down_time old (1) or '
+            'not (0).', labels=['host'])
+        for name, at in sorted(seen.items()):
+            family.add_metric([name], float(at >= down_after))
+        yield family
+
+
+class PlacementCollector(prom_registry.Collector):
+    """Whether this conductor found placement away when it last called
+    it (``placement_sync.PlacementSync.placement_away``, a flag)."""
+
+    def __init__(self, placement: placement_sync.PlacementSync) -> None:
+        self.placement = placement
+
+    def collect(self) -> Iterator[core.Metric]:
+        family = core.GaugeMetricFamily(
+            'cyborg_placement_away', '1 while placement did not answer '
+            'this conductor\'s last call and has not answered since, '
+            'else 0.')
+        family.add_metric([], float(self.placement.placement_away))
         yield family
 
 
 class ConductorMetrics:
     """The conductor's metrics, served on ``[conductor] metrics_host`` and
-    ``metrics_port`` between ``start()`` and ``stop()``."""
+    ``metrics_port`` between ``start()`` and ``stop()``. Agents' liveness
+    is served with ``beats``, placement's with ``placement`` (a conductor
+    with no placement configured serves none)."""
 
     def __init__(self, conf: cfg.ConfigOpts,
-                 bind_durations: BindDurations) -> None:
+                 bind_durations: BindDurations,
+                 beats: heartbeats.HeartbeatBatch | None = None,
+                 placement: placement_sync.PlacementSync | None = None
+                 ) -> None:
         # A registry of our own: the default one would also serve the
         # process and platform collectors prometheus_client registers.
         self.registry = prom_registry.CollectorRegistry()
         self.registry.register(ArqCollector())
         self.registry.register(DeadlockCollector())
         self.registry.register(bind_durations.histogram)
+        if beats is not None:
+            self.registry.register(
+                AgentCollector(beats, conf.service_down_time))
+        if placement is not None:
+            self.registry.register(PlacementCollector(placement))
         self.server = metrics_server.MetricsServer(
             conf.conductor.metrics_host, conf.conductor.metrics_port,
             self.registry)

@@ -85,6 +85,7 @@ def build(conf: cfg.ConfigOpts) -> ConductorService:
                 'placement-reconcile', conductor.placement.reconcile,
                 conf.placement.reconcile_interval))
     metrics = (conductor_metrics.ConductorMetrics(
-        conf, conductor.binder.bind_durations)
+        conf, conductor.binder.bind_durations, conductor.heartbeats,
+        conductor.placement)
         if conf.conductor.metrics_port else None)
     return ConductorService(conductor, tasks, metrics)

@@ -1,5 +1,6 @@
 """Prometheus metrics of agents and conductors, scraped over real HTTP and
 read with prometheus_client's own parser."""
+import datetime
 import socket
 import time
 import urllib.error
@@ -8,7 +9,9 @@ import uuid
 from typing import Any
 
 import pytest
+from oslo_utils import timeutils
 from prometheus_client import parser
+from prometheus_client import registry as prom_registry
 
 from cyborg import context as cyborg_context
 from cyborg.accelerator.drivers import fake
@@ -16,12 +19,14 @@ from cyborg.agent import metrics as agent_metrics
 from cyborg.common import device_health
 from cyborg.common import exception
 from cyborg.common import rpc
+from cyborg.conductor import heartbeats
 from cyborg.conductor import manager as conductor_manager
 from cyborg.conductor import metrics as conductor_metrics
 from cyborg.conductor import service as conductor_service
 from cyborg.db.api import arqs
 from cyborg.db.api import device_profiles
 from cyborg.db.api import inventory
+from cyborg.db.api import services
 from cyborg.tests.fakes import fixtures
 from cyborg.tests.harness.gate_stack import free_port
 from cyborg.tests.utils import wait_for
@@ -292,3 +297,40 @@ def test_conductor_service_serves_metrics_only_when_asked(conf,
             scrape(port)
     finally:
         rpc.cleanup()
+
+
+def test_conductor_serves_agents_up_from_heartbeats(conf, sqlite_engine):
+    ctx = cyborg_context.get_admin_context()
+    long_ago = timeutils.utcnow() - datetime.timedelta(seconds=300)
+    # Agents that stopped beating before this conductor started: only the
+    # services table knows them.
+    services.heartbeat_many(ctx, [
+        services.Beat('cmp-old', 'cyborg-agent', '1', 'node-old', long_ago),
+        services.Beat('cmp-back', 'cyborg-agent', '1', None, long_ago),
+        services.Beat('ctl1', 'cyborg-conductor', '1', None, long_ago)])
+    beats = heartbeats.HeartbeatBatch()
+    registry = prom_registry.CollectorRegistry()
+    registry.register(conductor_metrics.AgentCollector(beats, 60))
+
+    def up() -> dict[str, float]:
+        return {s.labels['host']: s.value
+                for f in registry.collect() for s in f.samples
+                if s.name == 'cyborg_agent_up'}
+
+    try:
+        beats.add('cmp1', 'cyborg-agent', '1', 'node1')
+        beats.add('ctl2', 'cyborg-conductor', '1', None)
+        # By hostname where the agent sent one; conductors are not agents.
+        assert up() == {'node1': 1, 'node-old': 0, 'cmp-back': 0}
+        # A heartbeat taken now counts over the older row; the table is
+        # read once (a row written since, not by this conductor, is not
+        # seen).
+        beats.add('cmp-back', 'cyborg-agent', '1', None)
+        services.heartbeat(ctx, 'cmp-old', 'cyborg-agent', '1', 'node-old')
+        assert up() == {'node1': 1, 'node-old': 0, 'cmp-back': 1}
+    finally:
+        beats.stop()
+    # With a service_down_time of 0 every heartbeat taken is too old.
+    registry = prom_registry.CollectorRegistry()
+    registry.register(conductor_metrics.AgentCollector(beats, 0))
+    assert set(up().values()) == {0}

@@ -6,10 +6,12 @@ import uuid
 
 import pytest
 import sqlalchemy as sa
+from prometheus_client import registry as prom_registry
 
 from cyborg import context as cyborg_context
 from cyborg.accelerator.drivers import fake
 from cyborg.conductor import manager as conductor_manager
+from cyborg.conductor import metrics as conductor_metrics
 from cyborg.conductor import placement_client
 from cyborg.conductor import placement_sync
 from cyborg.conductor import service as conductor_service
@@ -327,6 +329,13 @@ def test_while_placement_is_away_only_due_probes_call_it(
     relay.open()
     placement_server.point_at(conf, relay.url)
     sync = placement_sync.PlacementSync(conf, clock=Clock())
+    registry = prom_registry.CollectorRegistry()
+    registry.register(conductor_metrics.PlacementCollector(sync))
+
+    def away_metric() -> float | None:
+        return registry.get_sample_value('cyborg_placement_away')
+
+    assert away_metric() == 0
     other = placement.create_compute_node()
     relay.close()
     try:
@@ -349,11 +358,13 @@ def test_while_placement_is_away_only_due_probes_call_it(
         assert sync.client.calls == 1 + 5, 'more than one probe when due'
         assert sync.placement_away
         assert sync._retry_at == {}, 'the outage counted against hosts'
+        assert away_metric() == 1
     finally:
         relay.open()
     sync.clock.now += placement_sync.PROBE_MAX
     sync.probe()
     assert not sync.placement_away
+    assert away_metric() == 0
     for host in (node, other):
         assert set(placement.tree(host['uuid'])) == {
             p.uuid for p in _wanted(host['name'])}

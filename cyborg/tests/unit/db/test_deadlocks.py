@@ -68,6 +68,10 @@ def test_conductor_serves_the_count(counts):
     assert registry.get_sample_value(
         'cyborg_db_deadlocks_total',
         {'transaction': 'take_handle', 'outcome': 'retried'}) == 2
+    # Served at 0 before any: every transaction wrapped, both outcomes.
     assert registry.get_sample_value(
         'cyborg_db_deadlocks_total',
-        {'transaction': 'take_handle', 'outcome': 'failed'}) is None
+        {'transaction': 'take_handle', 'outcome': 'failed'}) == 0
+    assert registry.get_sample_value(
+        'cyborg_db_deadlocks_total',
+        {'transaction': 'heartbeat_many', 'outcome': 'retried'}) == 0
