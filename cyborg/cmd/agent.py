@@ -10,7 +10,8 @@ from cyborg.conf import CONF
 
 
 def main(argv: list[str] | None = None) -> int:
-    common.parse_args(sys.argv[1:] if argv is None else argv)
+    common.parse_args(sys.argv[1:] if argv is None else argv,
+                      'cyborg-agent')
     try:
         # [agent] enabled_drivers as the operator changed it on this host.
         loaded = driver_control.load_enabled(CONF)

@@ -124,7 +124,7 @@ def _configure(args: argparse.Namespace) -> None:
     argv += [arg for path in args.config_dir
              for arg in ('--config-dir', path)]
     try:
-        common.parse_args(argv, default_config_files=[])
+        common.parse_args(argv, 'cyborg-aio', default_config_files=[])
         for group, name, value in _DEFAULTS:
             CONF.set_default(name, value,
                              None if group == 'DEFAULT' else group)

@@ -111,7 +111,8 @@ def _serve(api: common.Launched, address: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    common.parse_args(sys.argv[1:] if argv is None else argv)
+    common.parse_args(sys.argv[1:] if argv is None else argv,
+                      'cyborg-api')
     workers = CONF.api.workers
     # Bound first so that the address printed is the one served, and once
     # for every worker process.

@@ -10,6 +10,7 @@ from oslo_service import service
 from cyborg import conf as cyborg_conf
 from cyborg import version
 from cyborg.common import patches
+from cyborg.common import reports
 from cyborg.common import rpc
 from cyborg.conf import opts
 
@@ -26,15 +27,21 @@ LOG = logging.getLogger(__name__)
 IDLE_POLL = 1.0
 
 
-def parse_args(argv: list[str], conf: cfg.ConfigOpts = cyborg_conf.CONF,
-               default_config_files: list[str] | None = None) -> None:
-    """Register logging options, parse the command line and files."""
+def parse_args(argv: list[str], prog: str,
+               conf: cfg.ConfigOpts = cyborg_conf.CONF,
+               default_config_files: list[str] | None = None,
+               report_signal: bool = True) -> None:
+    """Register logging options, parse the command line and files, and
+    set up the Guru Meditation Reports of ``prog`` (on SIGUSR2 unless
+    ``report_signal`` is False; see ``cyborg.common.reports``)."""
     log.register_options(conf)
+    reports.register_opts(conf)
     opts.set_log_defaults()
     rpc.set_defaults()
     conf(argv, project='cyborg', version=version.version_string(),
          default_config_files=default_config_files)
     log.setup(conf, 'cyborg')
+    reports.setup(conf, prog, use_signal=report_signal)
 
 
 class Launched(service.ServiceBase):
@@ -63,6 +70,9 @@ class Launched(service.ServiceBase):
         with self._lock:
             if self._stopping:
                 return
+        # A launcher's worker: its parent's thread watching the report
+        # trigger file did not survive the fork.
+        reports.watch()
         if self.database:
             # Here, not at the top: an agent, which never has a database,
             # must not load SQLAlchemy (test_import_boundaries).

@@ -8,7 +8,8 @@ from cyborg.conf import CONF
 
 
 def main(argv: list[str] | None = None) -> int:
-    common.parse_args(sys.argv[1:] if argv is None else argv)
+    common.parse_args(sys.argv[1:] if argv is None else argv,
+                      'cyborg-conductor')
     return common.launch(lambda: conductor_service.build(CONF),
                          database=True)
 

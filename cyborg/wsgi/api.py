@@ -30,8 +30,13 @@ from cyborg.db import api as db_api  # noqa: E402
 def init_application() -> Callable[..., Any]:
     """Parse the configuration, then make the WSGI application."""
     files = os.environ.get('OS_CYBORG_CONFIG_FILES')
+    # SIGUSR2 is the WSGI server's (uwsgi prints what each worker does),
+    # and a Python handler would run only when the main thread next runs
+    # Python code: Guru Meditation Reports come from [oslo_reports]
+    # file_event_handler alone here.
     common.parse_args(
-        [], default_config_files=files.split(';') if files else None)
+        [], 'cyborg-api', default_config_files=files.split(';') if files
+        else None, report_signal=False)
     db_api.configure(CONF)
     rpc.init(CONF)
     return app.setup_app(CONF)
