@@ -15,6 +15,7 @@ from cyborg.api import policy
 from cyborg.api.controllers import root
 from cyborg.api.middleware import auth
 from cyborg.api.middleware import encoding
+from cyborg.api.middleware import healthcheck
 from cyborg.api.middleware import json_only
 from cyborg.api.middleware import parsable_error
 from cyborg.api.middleware import routes
@@ -42,10 +43,19 @@ class Request(webob.Request):
     json = json_body = None
 
 
+def authenticate(app: Callable[..., Any],
+                 conf: cfg.ConfigOpts) -> Callable[..., Any]:
+    """``app`` behind the authentication ``[api] auth_strategy`` names."""
+    if conf.api.auth_strategy == 'keystone':
+        return auth.KeystoneAuth(app, {'oslo_config_config': conf})
+    return auth.NoAuth(app)
+
+
 def setup_app(conf: cfg.ConfigOpts) -> Callable[..., Any]:
     """The API as a WSGI callable, configured from ``conf``.
 
-    The pipeline, outermost first: proxy headers, request id, HEAD as
+    The pipeline, outermost first: proxy headers, request id,
+    /healthcheck (no token, its own plain-text or JSON answer), HEAD as
     GET, JSON errors, body size limit, authentication, paths and methods,
     UTF-8 path and query, JSON in and out, pecan.
     """
@@ -62,13 +72,11 @@ def setup_app(conf: cfg.ConfigOpts) -> Callable[..., Any]:
     app = json_only.JsonOnly(app)
     app = encoding.Utf8Check(app)
     app = routes.Routes(app, root.ROUTES)
-    if conf.api.auth_strategy == 'keystone':
-        app = auth.KeystoneAuth(app, {'oslo_config_config': conf})
-    else:
-        app = auth.NoAuth(app)
-    app = sizelimit.RequestBodySizeLimiter(app, conf)
+    app = sizelimit.RequestBodySizeLimiter(authenticate(app, conf), conf)
     app = parsable_error.ParsableErrorMiddleware(app, conf)
     app = routes.Head(app)
+    app = healthcheck.Healthcheck(app, conf,
+                                  lambda inner: authenticate(inner, conf))
     app = request_id.RequestId(app)
     app = http_proxy_to_wsgi.HTTPProxyToWSGI(app, conf)
     return app

@@ -4,6 +4,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import kombu
 import oslo_messaging as messaging
 from kombu import exceptions as kombu_exceptions
 from oslo_config import cfg
@@ -21,6 +22,8 @@ AGENT_TOPIC = 'cyborg-agent'
 ALLOWED_EXMODS = ['cyborg.common.exception']
 
 _TRANSPORT: messaging.Transport | None = None
+# Where _TRANSPORT connects: read by ``reach_broker``.
+_TRANSPORT_URL: messaging.TransportURL | None = None
 
 # How soon a RabbitMQ listener (a server's queue, a client's reply queue)
 # looks up from an empty queue after a message, in seconds; it then doubles
@@ -57,11 +60,12 @@ def init(conf: cfg.ConfigOpts, url: str | None = None) -> None:
     ``url`` overrides the option (the all-in-one service passes
     ``fake://`` to keep every message inside the process).
     """
-    global _TRANSPORT
+    global _TRANSPORT, _TRANSPORT_URL
     if _TRANSPORT is None:
         patches.poll_after_message(POLL_AFTER_MESSAGE)
         _TRANSPORT = messaging.get_rpc_transport(
             conf, url=url, allowed_remote_exmods=ALLOWED_EXMODS)
+        _TRANSPORT_URL = messaging.TransportURL.parse(conf, url)
         # oslo.messaging registers some [DEFAULT] options (the RPC timeout
         # among them) only when the first client is made; cyborg reads
         # them before that.
@@ -71,10 +75,51 @@ def init(conf: cfg.ConfigOpts, url: str | None = None) -> None:
 
 
 def cleanup() -> None:
-    global _TRANSPORT
+    global _TRANSPORT, _TRANSPORT_URL
     if _TRANSPORT is not None:
         _TRANSPORT.cleanup()
         _TRANSPORT = None
+        _TRANSPORT_URL = None
+
+
+def reach_broker(conf: cfg.ConfigOpts, timeout: float) -> str:
+    """Open and close a connection to a broker of the process's
+    transport, each host of its URL in turn until one answers, within
+    ``timeout`` seconds per host; what was reached. Raises what the last
+    host's connection raised.
+
+    A new connection, not one of oslo.messaging's pool: a pooled
+    connection to a broker that went away looks healthy until its
+    heartbeat misses, up to ``heartbeat_timeout_threshold`` (60 s). The
+    in-process ``fake`` driver has no broker to reach.
+    """
+    if _TRANSPORT_URL is None:
+        raise RuntimeError('cyborg.common.rpc.init() was not called')
+    url = _TRANSPORT_URL
+    if url.transport != 'rabbit':
+        return f'the {url.transport} driver, which has no broker to reach'
+    rabbit = conf.oslo_messaging_rabbit
+    failure: Exception = RuntimeError('the transport URL names no host')
+    for host in url.hosts or [messaging.TransportHost()]:
+        where = f'{host.hostname or "localhost"}:{host.port or 5672}'
+        connection = kombu.Connection(
+            hostname=host.hostname or 'localhost', port=host.port or 5672,
+            userid=host.username or 'guest',
+            password=host.password or 'guest',
+            virtual_host=url.virtual_host or '/',
+            ssl=rabbit.ssl or False, connect_timeout=timeout)
+        try:
+            # One attempt, no pause: kombu's connect() tries again after
+            # 2 s.
+            connection.ensure_connection(max_retries=1, interval_start=0,
+                                         interval_step=0, interval_max=0,
+                                         timeout=timeout)
+            return f'RabbitMQ at {where}'
+        except Exception as error:  # noqa: BLE001 (any failure to connect)
+            failure = error
+        finally:
+            connection.release()
+    raise failure
 
 
 def set_defaults(control_exchange: str = 'cyborg') -> None:

@@ -5,6 +5,7 @@ from oslo_log import log
 from cyborg import conf as cyborg_conf
 from cyborg.common import rpc
 from cyborg.conf import database
+from cyborg.conf import healthcheck
 
 
 def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:
@@ -32,3 +33,4 @@ def set_defaults() -> None:
     database.register_opts(cfg.CONF)
     set_log_defaults()
     rpc.set_defaults()
+    healthcheck.set_defaults()

@@ -21,6 +21,8 @@ from cyborg.api.versions import Microversion as V
 # test_hostile_input checks.
 ROUTES: dict[str, tuple[str, V | None]] = {
     '/': ('GET', None),
+    # Answered by middleware.healthcheck, before authentication.
+    '/healthcheck': ('GET', None),
     '/v1': ('GET', None),
     '/v1/accelerators': ('GET', None),
     '/v1/accelerators/{uuid}': ('GET', None),

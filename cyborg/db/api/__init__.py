@@ -148,3 +148,11 @@ def patch_engine(engine: sa.engine.Engine) -> Any:
     factory = patches.transaction_factory(engine, maker,
                                           main_context_manager)
     return main_context_manager.patch_factory(factory)
+
+
+@reader
+def ping(context: cyborg_context.RequestContext) -> str:
+    """One round trip to the database; its dialect's name. Raises
+    oslo.db's DBConnectionError when it cannot be reached."""
+    context.session.execute(sa.text('SELECT 1'))
+    return str(context.session.get_bind().dialect.name)
