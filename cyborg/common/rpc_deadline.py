@@ -67,10 +67,21 @@ class DeadlineDispatcher(messaging.RPCDispatcher):
     before anything of them runs."""
 
     def dispatch(self, incoming: Any) -> Any:
+        # The caller's context becomes this thread's (oslo.context keeps
+        # one per thread, and oslo.log writes its request ids on every
+        # line) before anything is logged for the call: oslo.messaging
+        # sets it only once it dispatches, and until then this executor
+        # thread still holds the context of the last call it served.
+        self.serializer.deserialize_context(incoming.ctxt)
+        method = incoming.message.get('method')
         late = overdue(incoming.ctxt, time.time())
         if late is None:
-            return super().dispatch(incoming)
-        method = incoming.message.get('method')
+            started = time.monotonic()
+            try:
+                return super().dispatch(incoming)
+            finally:
+                LOG.debug('RPC call %s handled in %.3f s.', method,
+                          time.monotonic() - started)
         LOG.warning('Dropped RPC call %s of request %s: it arrived %.1f s '
                     'after its deadline; nothing was done.',
                     method, ', '.join(_request_ids(
