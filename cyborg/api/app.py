@@ -20,6 +20,7 @@ from cyborg.api.middleware import json_only
 from cyborg.api.middleware import parsable_error
 from cyborg.api.middleware import routes
 from cyborg.common import patches
+from cyborg.common import profiler
 
 patches.cache_pecan_argspecs()
 
@@ -55,9 +56,11 @@ def setup_app(conf: cfg.ConfigOpts) -> Callable[..., Any]:
     """The API as a WSGI callable, configured from ``conf``.
 
     The pipeline, outermost first: proxy headers, request id,
-    /healthcheck (no token, its own plain-text or JSON answer), HEAD as
-    GET, JSON errors, body size limit, authentication, paths and methods,
-    UTF-8 path and query, JSON in and out, pecan.
+    /healthcheck (no token, its own plain-text or JSON answer), tracing
+    (with ``[profiler] enabled``; outside authentication, which would
+    refuse a request before its trace began), HEAD as GET, JSON errors,
+    body size limit, authentication, paths and methods, UTF-8 path and
+    query, JSON in and out, pecan.
     """
     app = pecan.make_app(
         'cyborg.api.controllers.root.RootController',
@@ -75,6 +78,7 @@ def setup_app(conf: cfg.ConfigOpts) -> Callable[..., Any]:
     app = sizelimit.RequestBodySizeLimiter(authenticate(app, conf), conf)
     app = parsable_error.ParsableErrorMiddleware(app, conf)
     app = routes.Head(app)
+    app = profiler.wsgi_middleware(app, conf)
     app = healthcheck.Healthcheck(app, conf,
                                   lambda inner: authenticate(inner, conf))
     app = request_id.RequestId(app)

@@ -304,6 +304,8 @@ def _start_services() -> list[service.ServiceBase]:
     running: list[service.ServiceBase] = []
     try:
         migration.upgrade('head')
+        # One process's spans, all of them as cyborg-aio's.
+        common.setup_tracing(CONF)
         db_api.configure(CONF)
         for svc in (conductor_service.build(CONF),
                     agent_service.build(CONF)):

@@ -10,6 +10,7 @@ from oslo_service import service
 from cyborg import conf as cyborg_conf
 from cyborg import version
 from cyborg.common import patches
+from cyborg.common import profiler
 from cyborg.common import reports
 from cyborg.common import rpc
 from cyborg.conf import opts
@@ -26,6 +27,10 @@ LOG = logging.getLogger(__name__)
 # taken the moment it arrives either way.
 IDLE_POLL = 1.0
 
+# The program ``parse_args`` was given: the service of this process's
+# spans (see ``setup_tracing``).
+_prog = 'cyborg'
+
 
 def parse_args(argv: list[str], prog: str,
                conf: cfg.ConfigOpts = cyborg_conf.CONF,
@@ -34,6 +39,7 @@ def parse_args(argv: list[str], prog: str,
     """Register logging options, parse the command line and files, and
     set up the Guru Meditation Reports of ``prog`` (on SIGUSR2 unless
     ``report_signal`` is False; see ``cyborg.common.reports``)."""
+    global _prog
     log.register_options(conf)
     reports.register_opts(conf)
     opts.set_log_defaults()
@@ -42,6 +48,15 @@ def parse_args(argv: list[str], prog: str,
          default_config_files=default_config_files)
     log.setup(conf, 'cyborg')
     reports.setup(conf, prog, use_signal=report_signal)
+    _prog = prog
+
+
+def setup_tracing(conf: cfg.ConfigOpts = cyborg_conf.CONF) -> None:
+    """Trace this process's requests as the program ``parse_args`` was
+    given, when ``[profiler] enabled`` (see ``cyborg.common.profiler``).
+    Once per process, after a launcher's fork: the backend's client is
+    the process's own."""
+    profiler.setup(conf, _prog)
 
 
 class Launched(service.ServiceBase):
@@ -49,10 +64,11 @@ class Launched(service.ServiceBase):
 
     oslo.service's launchers fork before they start a service, and two
     processes must not share a database pool or a RabbitMQ connection:
-    ``start()`` opens this process's RPC transport and, with ``database``,
-    its database engine, then makes and starts the service. A ``stop()``
-    that comes while the service still starts (its broker or database may
-    not answer) returns at once, and the launcher ends the process.
+    ``start()`` opens this process's tracing, its RPC transport and, with
+    ``database``, its database engine, then makes and starts the service.
+    A ``stop()`` that comes while the service still starts (its broker or
+    database may not answer) returns at once, and the launcher ends the
+    process.
     """
 
     def __init__(self, make: Callable[[], service.ServiceBase],
@@ -73,6 +89,7 @@ class Launched(service.ServiceBase):
         # A launcher's worker: its parent's thread watching the report
         # trigger file did not survive the fork.
         reports.watch()
+        setup_tracing(self.conf)
         if self.database:
             # Here, not at the top: an agent, which never has a database,
             # must not load SQLAlchemy (test_import_boundaries).

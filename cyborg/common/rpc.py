@@ -1,5 +1,6 @@
 """oslo.messaging plumbing: one transport per process, clients and servers."""
 import copy
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +16,7 @@ from oslo_serialization import jsonutils
 from cyborg import context as cyborg_context
 from cyborg.common import exception
 from cyborg.common import patches
+from cyborg.common import profiler
 from cyborg.common import rpc_deadline
 
 CONDUCTOR_TOPIC = 'cyborg-conductor'
@@ -171,11 +173,23 @@ class RequestContextSerializer(messaging.Serializer):
         deadline = getattr(context, 'rpc_deadline', None)
         if deadline is not None:
             values[rpc_deadline.DEADLINE_KEY] = deadline
+        values.update(profiler.rpc_trace_info())
         return values
 
     def deserialize_context(self, context: dict[str, Any]
                             ) -> cyborg_context.RequestContext:
         return cyborg_context.RequestContext.from_dict(context)
+
+
+class _Dispatcher(rpc_deadline.DeadlineDispatcher):
+    """Dispatches each call as part of the trace it carries (see
+    ``profiler.rpc_call``), its deadline checked first."""
+
+    def dispatch(self, incoming: Any) -> Any:
+        return profiler.rpc_call(incoming.ctxt,
+                                 incoming.message.get('method'),
+                                 functools.partial(super().dispatch,
+                                                   incoming))
 
 
 def get_client(target: messaging.Target,
@@ -188,9 +202,9 @@ def get_client(target: messaging.Target,
 def get_server(target: messaging.Target,
                endpoints: list[Any]) -> messaging.MessageHandlingServer:
     """An RPC server that drops calls past their deadline (see
-    ``rpc_deadline``) and dispatches the others to ``endpoints``."""
-    dispatcher = rpc_deadline.DeadlineDispatcher(
-        endpoints, RequestContextSerializer())
+    ``rpc_deadline``) and dispatches the others to ``endpoints``, each
+    in the trace of the request it is made for (see ``profiler``)."""
+    dispatcher = _Dispatcher(endpoints, RequestContextSerializer())
     return rpc_server.RPCServer(_transport(), target, dispatcher)
 
 

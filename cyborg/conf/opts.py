@@ -6,6 +6,7 @@ from cyborg import conf as cyborg_conf
 from cyborg.common import rpc
 from cyborg.conf import database
 from cyborg.conf import healthcheck
+from cyborg.conf import profiler
 
 
 def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:
@@ -31,6 +32,7 @@ def set_log_defaults() -> None:
 def set_defaults() -> None:
     """Apply cyborg's defaults for library options to the sample."""
     database.register_opts(cfg.CONF)
+    profiler.set_sample_defaults()
     set_log_defaults()
     rpc.set_defaults()
     healthcheck.set_defaults()

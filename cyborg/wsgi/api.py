@@ -37,6 +37,7 @@ def init_application() -> Callable[..., Any]:
     common.parse_args(
         [], 'cyborg-api', default_config_files=files.split(';') if files
         else None, report_signal=False)
+    common.setup_tracing(CONF)
     db_api.configure(CONF)
     rpc.init(CONF)
     return app.setup_app(CONF)

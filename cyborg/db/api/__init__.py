@@ -14,6 +14,7 @@ from oslo_db.sqlalchemy import orm
 
 from cyborg import context as cyborg_context
 from cyborg.common import patches
+from cyborg.common import profiler
 from cyborg.db.api import deadlocks
 
 # Each transaction rides on the request context (``context.session``).
@@ -130,6 +131,8 @@ def configure(conf: cfg.ConfigOpts) -> None:
     # checked before use (oslo.db's pool_pre_ping).
     options['max_retries'] = 0
     main_context_manager.configure(**options)
+    if profiler.traces_sql(conf):
+        main_context_manager.append_on_engine_create(profiler.trace_engine)
 
 
 def get_engine() -> sa.engine.Engine:
