@@ -15,6 +15,12 @@ phase. Binds post their events to a fake Nova in a process of its own:
 CPU ms per request by process, latency percentiles) to PATH as one JSON
 object.
 
+``--trace-key KEY`` signs every request with KEY, as ``openstack
+--os-profile KEY`` does (all in one trace): with ``-o profiler.enabled=true
+-o profiler.hmac_keys=KEY -o profiler.connection_string=redis://...`` it
+measures requests traced through every process (see
+``cyborg.common.profiler``).
+
 ``--server uwsgi`` serves the API as devstack deploys it, the WSGI module
 under uwsgi (a test requirement), instead of the ``cyborg-api`` command.
 With N below ``--min-requests`` the cycle runs in rounds of N until each
@@ -119,7 +125,7 @@ fake.stop()
 
 # Shared servers, found by process name.
 _SERVERS = {'mariadbd': 'MariaDB', 'mysqld': 'MySQL', 'beam.smp': 'RabbitMQ',
-            'postgres': 'PostgreSQL'}
+            'postgres': 'PostgreSQL', 'redis-server': 'Redis'}
 
 
 def listeners(ports: list[int]) -> dict[int, str]:
@@ -431,6 +437,12 @@ def run(n: int, clients: int, workers: int, conductors: int, warmup: int,
     sessions.update((proc.pid, 'conductors') for proc in procs[:-1])
     # This run's servers alone: the machine may run others of their names.
     server_pids = servers(db_server, transport)
+    # And the Redis server spans are sent to, when tracing is on.
+    traced_to = {(g, k): v for g, k, v in options}.get(
+        ('profiler', 'connection_string'), '')
+    if traced_to.startswith('redis://'):
+        server_pids.update(listeners(
+            [urllib.parse.urlsplit(traced_to).port or 6379]))
     base = f'http://127.0.0.1:{port}/v2'
     try:
         _wait_http(base)
@@ -570,7 +582,17 @@ def main() -> int:
     parser.add_argument('--json', metavar='PATH',
                         help='also write the key figures of every run to '
                              'PATH as a JSON object')
+    parser.add_argument('--trace-key', metavar='KEY',
+                        help='sign every request\'s trace headers with KEY '
+                             '(one trace for the whole run)')
     args = parser.parse_args()
+    if args.trace_key:
+        from osprofiler import profiler
+        from osprofiler import web
+
+        profiler.init(args.trace_key)
+        HEADERS.update(web.get_trace_id_headers())
+        profiler.clean()
     runs = []
     for n in args.n:
         # A virtual host of its own: another run's conductors would take
