@@ -13,18 +13,15 @@ hold SQL, hosts or addresses).
 import functools
 import inspect
 import logging
-import re
 from collections.abc import Callable
 from typing import Any
 
-import oslo_messaging as messaging
 import pecan
-import sqlalchemy as sa
-from oslo_db import exception as db_exc
 from wsmeext.pecan import wsexpose
 
 from cyborg.api import errors
 from cyborg.common import exception
+from cyborg.common import outages
 from cyborg.common import patches
 
 LOG = logging.getLogger(__name__)
@@ -33,33 +30,6 @@ LOG = logging.getLogger(__name__)
 # enough for a database or conductor restart to be under way, short
 # enough that keystoneauth's retries (which honour it) end soon after.
 RETRY_AFTER = 5
-
-# oslo.db's name for "cannot connect, or lost the connection" (MariaDB
-# 2002/2003/2006/2013, PostgreSQL disconnects), and for a database that is
-# not there (SQLite: "unable to open database file").
-_DB_DOWN = (db_exc.DBConnectionError, db_exc.DBNonExistentDatabase)
-_DB_DOWN_NAMES = frozenset(cls.__name__ for cls in _DB_DOWN)
-
-# The same, said by the drivers, for OperationalErrors that arrive without
-# oslo.db's translation (another engine, or a conductor's RemoteError).
-_NO_SERVER = re.compile(
-    r"can't connect|gone away|lost connection|connection refused|"
-    r'could not connect|connection to server .* failed|'
-    r'closed the connection|terminating connection|database system is|'
-    r'unable to open database file', re.IGNORECASE)
-
-def _database_down(error: BaseException) -> bool:
-    """Whether ``error`` says the database cannot be reached."""
-    if isinstance(error, messaging.RemoteError):
-        # Raised in a conductor; oslo_db's classes are not rebuilt here.
-        return error.exc_type in _DB_DOWN_NAMES or (
-            error.exc_type == 'OperationalError'
-            and bool(_NO_SERVER.search(error.value or '')))
-    if isinstance(error, _DB_DOWN):
-        return True
-    return isinstance(error, sa.exc.OperationalError) and (
-        error.connection_invalidated or bool(_NO_SERVER.search(str(error))))
-
 
 class _Outages:
     """``function``, raising a database outage as DatabaseUnavailable.
@@ -84,7 +54,7 @@ class _Outages:
         try:
             return self.__wrapped__(*args, **kwargs)
         except Exception as exc:
-            if not _database_down(exc):
+            if not outages.database_down(exc):
                 raise
             raise exception.DatabaseUnavailable() from exc
 

@@ -88,6 +88,13 @@ class DatabaseUnavailable(ServiceUnavailable):
                'retry later.')
 
 
+class MessageBusUnreachable(ServiceUnavailable):
+    """A service's call to its own RPC server got no answer: the broker,
+    or the process's link to it, does not carry messages."""
+
+    msg_fmt = 'Service unavailable: the message bus: %(reason)s.'
+
+
 class CallExpired(ServiceUnavailable):
     """An RPC call reached its server after its deadline
     (``cyborg.common.rpc_deadline``)."""

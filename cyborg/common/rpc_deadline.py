@@ -23,6 +23,7 @@ from typing import Any
 import oslo_messaging as messaging
 
 from cyborg.common import exception
+from cyborg.common import outages
 
 LOG = logging.getLogger(__name__)
 
@@ -64,7 +65,12 @@ def _request_ids(ctxt: dict[str, Any], args: dict[str, Any]) -> list[str]:
 
 class DeadlineDispatcher(messaging.RPCDispatcher):
     """oslo.messaging's dispatcher, dropping calls past their deadline
-    before anything of them runs."""
+    before anything of them runs.
+
+    A call that fails for an outage (``outages.kind_of``: the database is
+    down) is answered with its error, told to ``outages.tracker`` and not
+    logged with a traceback: oslo.messaging would log one per call.
+    """
 
     def dispatch(self, incoming: Any) -> Any:
         # The caller's context becomes this thread's (oslo.context keeps
@@ -79,6 +85,14 @@ class DeadlineDispatcher(messaging.RPCDispatcher):
             started = time.monotonic()
             try:
                 return super().dispatch(incoming)
+            except messaging.ExpectedException:
+                raise
+            except Exception as exc:
+                if not outages.tracker.handled(exc, f'RPC call {method}'):
+                    raise
+                # The caller gets ``exc`` itself: ExpectedException
+                # carries the exception being handled.
+                raise messaging.ExpectedException() from exc
             finally:
                 LOG.debug('RPC call %s handled in %.3f s.', method,
                           time.monotonic() - started)

@@ -9,6 +9,9 @@ import oslo_messaging as messaging
 from oslo_service import loopingcall
 from oslo_service import service
 
+from cyborg import context as cyborg_context
+from cyborg.common import exception
+from cyborg.common import outages
 from cyborg.common import rpc
 
 LOG = logging.getLogger(__name__)
@@ -18,6 +21,22 @@ LOG = logging.getLogger(__name__)
 # up, and a process must not take that long to stop: what such a pass
 # leaves undone the next process does again.
 PASS_GRACE = 1.0
+# A task is stuck when no pass of it ended for this many of
+# its intervals plus STUCK_MARGIN seconds. A pass that waits on a peer
+# gives up within about a minute (an RPC call's 60 s timeout, a refused
+# or timed-out database connection, placement's 60 s read timeout), so a
+# healthy task with a 10 s interval ends a pass at least every ~70 s and
+# is called stuck after 90 s; a thread that hangs for good is found within
+# that, and a slow peer does not restart the process.
+STUCK_INTERVALS = 3
+STUCK_MARGIN = 60.0
+# Namespace of the endpoint every RPCService answers pings on: beside the
+# service's own versioned API, not part of it.
+PING_NAMESPACE = 'health'
+# Seconds a ping of a service's own RPC server may take: a loop through
+# the broker takes milliseconds; more than this, and messages are not
+# carried (a stalled link, a broker out of resources).
+PING_TIMEOUT = 5.0
 
 
 class PeriodicTask:
@@ -27,25 +46,49 @@ class PeriodicTask:
     after the last ended, or as many as ``next_delay`` answers after it
     when that is not None; ``trigger()`` asks for one at once. Two passes
     never run at the same time: one asked for while another runs follows
-    it. A pass that fails is logged and the task goes on.
+    it. A pass that fails goes on to the next: an outage of what it
+    needs (``outages.kind_of``) is told to ``outages.tracker``, anything
+    else is logged with its traceback. A pass that succeeds ends the
+    outages of the kinds in ``restores``, which its work proves reachable,
+    and of those the task met itself.
     """
 
     def __init__(self, name: str, func: Callable[[], Any],
                  interval: float,
-                 next_delay: Callable[[], float | None] | None = None
-                 ) -> None:
+                 next_delay: Callable[[], float | None] | None = None,
+                 restores: tuple[str, ...] = (),
+                 stuck_after: float | None = None) -> None:
         self.name = name
         self.func = func
         self.interval = interval
         self.next_delay = next_delay
+        self.restores = restores
+        self.stuck_after = (STUCK_INTERVALS * interval + STUCK_MARGIN
+                            if stuck_after is None else stuck_after)
+        # What the last pass raised that was no outage (a bug), if it did.
+        self.last_error: str | None = None
+        # The kinds of outage its passes met since one last succeeded.
+        self._met: set[str] = set()
         self._cond = threading.Condition()
         self._running = False
         self._again = False
         self._call: loopingcall.DynamicLoopingCall | None = None
+        # time.monotonic() when the last pass ended (or the task started).
+        self._ended: float | None = None
 
     def start(self) -> None:
+        self._ended = time.monotonic()
         self._call = loopingcall.DynamicLoopingCall(self._tick)
         self._call.start()
+
+    def age(self, now: float) -> float | None:
+        """Seconds from when a pass last ended (or the task started) to
+        ``time.monotonic()`` ``now``; None while the task is not
+        running."""
+        ended = self._ended
+        if self._call is None or ended is None:
+            return None
+        return max(0.0, now - ended)
 
     def trigger(self) -> None:
         """Run a pass now, or right after the one under way."""
@@ -70,11 +113,7 @@ class PeriodicTask:
             self._running = True
         try:
             while True:
-                try:
-                    self.func()
-                except Exception:
-                    LOG.exception('Periodic task %s failed; retrying in %ss',
-                                  self.name, self.interval)
+                self._pass()
                 with self._cond:
                     if not self._again or self._call is None:
                         return
@@ -84,6 +123,28 @@ class PeriodicTask:
                 self._running = self._again = False
                 self._cond.notify_all()
 
+    def _pass(self) -> None:
+        try:
+            self.func()
+        except Exception as exc:
+            kind = outages.kind_of(exc)
+            if kind is not None:
+                outages.tracker.failed(kind, exc,
+                                       f'periodic task {self.name}')
+                self._met.add(kind)
+                self.last_error = None
+            else:
+                self.last_error = outages.describe(exc)
+                LOG.exception('Periodic task %s failed; retrying in %ss',
+                              self.name, self.interval)
+        else:
+            self.last_error = None
+            met, self._met = self._met, set()
+            for kind in sorted(met.union(self.restores)):
+                outages.tracker.ended(kind)
+        finally:
+            self._ended = time.monotonic()
+
     def _tick(self) -> float:
         # The looping call's thread is the task's alone: named after it,
         # it is found by name in a Guru Meditation Report (reports.py).
@@ -91,6 +152,44 @@ class PeriodicTask:
         self.run()
         delay = self.next_delay() if self.next_delay is not None else None
         return self.interval if delay is None else delay
+
+
+class PingEndpoint:
+    """Answers the pings of ``bus_probe``."""
+
+    target = messaging.Target(namespace=PING_NAMESPACE, version='1.0')
+
+    def ping(self, context: Any) -> bool:
+        return True
+
+
+def bus_probe(topic: str, host: str, interval: float) -> PeriodicTask:
+    """A task that calls its own process's RPC server (``topic`` as
+    ``host``) every ``interval`` seconds: a message that goes through the
+    broker to the server's queue, and an answer through the broker back.
+
+    An answer ends an outage of the message bus, no answer within
+    PING_TIMEOUT starts one. It costs one call and its reply per interval
+    and process (10 s by default; 0.1 call/s, 200 messages/s for 1,000
+    agents, against the tens of thousands a RabbitMQ node carries), and
+    it sees what nothing else in a conductor does: a conductor sends no
+    message of its own while it is idle, and oslo.messaging's listener
+    reconnects without telling anyone.
+    """
+    clients: list[messaging.RPCClient] = []
+
+    def ping() -> None:
+        if not clients:
+            clients.append(rpc.get_client(messaging.Target(
+                topic=topic, server=host, namespace=PING_NAMESPACE,
+                version='1.0')))
+        rpc.call(clients[0], cyborg_context.get_admin_context(), '1.0',
+                 'ping', server=host, timeout=PING_TIMEOUT,
+                 unavailable=lambda reason: exception.MessageBusUnreachable(
+                     reason=reason))
+
+    return PeriodicTask(f'{topic}-bus-probe', ping, interval,
+                        restores=(outages.BUS,))
 
 
 class RPCService(service.ServiceBase):
@@ -113,7 +212,8 @@ class RPCService(service.ServiceBase):
     def start(self) -> None:
         self._stopped.clear()
         target = messaging.Target(topic=self.topic, server=self.host)
-        self._rpc_server = rpc.get_server(target, self.endpoints)
+        self._rpc_server = rpc.get_server(target,
+                                          self.endpoints + [PingEndpoint()])
         self._rpc_server.start()
         for task in self.tasks:
             task.start()

@@ -25,6 +25,7 @@ import threading
 from oslo_utils import timeutils
 
 from cyborg import context as cyborg_context
+from cyborg.common import outages
 from cyborg.db.api import services
 
 LOG = logging.getLogger(__name__)
@@ -96,15 +97,17 @@ class HeartbeatBatch:
             try:
                 services.heartbeat_many(cyborg_context.get_admin_context(),
                                         beats)
-            except Exception:
-                LOG.exception('Writing %d heartbeat(s) failed; retrying '
-                              'in %s s.', len(beats), self.interval)
+            except Exception as exc:
+                if not outages.tracker.handled(exc, 'the heartbeat writer'):
+                    LOG.exception('Writing %d heartbeat(s) failed; retrying '
+                                  'in %s s.', len(beats), self.interval)
                 with self._lock:
                     for beat in beats:
                         self._pending.setdefault((beat.host, beat.binary),
                                                  beat)
                 return 0
             LOG.debug('Wrote %d heartbeat(s).', len(beats))
+            outages.tracker.ended(outages.DATABASE)
             return len(beats)
 
     def stop(self) -> None:

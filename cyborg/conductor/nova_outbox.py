@@ -28,7 +28,6 @@ import logging
 from collections.abc import Callable
 
 from oslo_config import cfg
-from oslo_db import exception as db_exc
 from oslo_utils import timeutils
 
 from cyborg import context as cyborg_context
@@ -116,7 +115,6 @@ class NovaOutbox:
         self.failed = failed
         self._queue: coalesce.Coalescer[list[Owed], None]
         self._queue = coalesce.Coalescer(self._post, EVENTS_PER_POST)
-        self._db_down = False
 
     def deliver(self, rows: list[Owed]) -> None:
         """Send these events (claimed by the caller) and record what Nova
@@ -136,19 +134,11 @@ class NovaOutbox:
 
     def resend(self) -> None:
         """One pass of the periodic resend: claim the events due and send
-        them. A database that does not answer is said once."""
+        them. A database that does not answer raises: the periodic task
+        tells ``outages`` of it, which says so once."""
         context = cyborg_context.get_admin_context()
-        try:
-            rows = (nova_events.claim_due(context, CLAIM_LIMIT)
-                    if nova_events.any_due(context) else [])
-        except db_exc.DBError as exc:
-            if not self._db_down:
-                LOG.warning('Cannot look for events owed to Nova: %s', exc)
-            self._db_down = True
-            return
-        if self._db_down:
-            LOG.info('Looking for events owed to Nova again.')
-            self._db_down = False
+        rows = (nova_events.claim_due(context, CLAIM_LIMIT)
+                if nova_events.any_due(context) else [])
         if rows:
             LOG.debug('Sending again the Nova events of accelerator '
                       'request(s) %s.', ', '.join(r.arq_uuid for r in rows))

@@ -175,7 +175,7 @@ def test_a_conductor_without_its_database_stops_at_once(tmp_path,
                                                         rabbit_url):
     with _running(tmp_path, 'conductor', rabbit_url,
                   _down_url('mysql+pymysql')) as (process, _):
-        wait_for(lambda: process.logged('conductor-heartbeat failed'),
+        wait_for(lambda: process.logged('The database cannot be reached'),
                  'a heartbeat to fail', timeout=60)
         process.sigterm()
 

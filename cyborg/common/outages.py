@@ -1,0 +1,188 @@
+"""What this process cannot reach: one warning when an outage starts, one
+line when it ends, and the state its health probe reports.
+
+A periodic task or an RPC handler that meets an unreachable database or
+broker fails on every pass or call, every few seconds, as long as the
+outage lasts; a traceback each time (53 frames for a lost MariaDB
+connection) buries what an operator needs, which is when it started and
+when it ended. So a failure that ``kind_of`` recognises as an outage
+goes to ``tracker`` instead of being logged: the first one of its kind
+logs a WARNING, the next ones a DEBUG line, and the first success of a
+task that proves the kind reachable (``ended``) logs one INFO line. Any
+other exception is a bug and keeps its traceback.
+"""
+import dataclasses
+import logging
+import re
+import threading
+import time
+from collections.abc import Iterator
+
+import oslo_messaging as messaging
+import sqlalchemy as sa
+from kombu import exceptions as kombu_exceptions
+from oslo_db import exception as db_exc
+
+from cyborg.common import exception
+
+LOG = logging.getLogger(__name__)
+
+# The kinds of outage: the process's database (conductors, the API), the
+# message broker, and the services it calls (an agent's conductors, a
+# conductor's agents), which may answer no call while the broker works.
+DATABASE = 'database'
+BUS = 'message bus'
+PEER = 'RPC peer'
+
+# oslo.db's name for "cannot connect, or lost the connection" (MariaDB
+# 2002/2003/2006/2013, PostgreSQL disconnects), and for a database that is
+# not there (SQLite: "unable to open database file").
+_DB_DOWN = (db_exc.DBConnectionError, db_exc.DBNonExistentDatabase,
+            exception.DatabaseUnavailable)
+_DB_DOWN_NAMES = frozenset(cls.__name__ for cls in _DB_DOWN)
+
+# The same, said by the drivers, for OperationalErrors that arrive without
+# oslo.db's translation (another engine, a DBError wrapping the driver's
+# error, or a conductor's RemoteError).
+_NO_SERVER = re.compile(
+    r"can't connect|gone away|lost connection|connection refused|"
+    r'could not connect|connection to server .* failed|'
+    r'closed the connection|terminating connection|database system is|'
+    r'unable to open database file', re.IGNORECASE)
+
+# What a driver raises when it cannot send to the broker: oslo.messaging's
+# own, and kombu's when a new pooled connection cannot be made.
+_BUS_DOWN = (messaging.MessageDeliveryFailure,
+             kombu_exceptions.OperationalError,
+             exception.MessageBusUnreachable)
+# What a call raises when the broker took it and no server answered.
+_NO_ANSWER = (messaging.MessagingTimeout, messaging.MessageUndeliverable,
+              exception.CallExpired)
+
+# How many causes ``kind_of`` follows: cyborg's ServiceUnavailable from
+# rpc.call's MessagingTimeout, oslo.db's DBError from the driver's error.
+_CHAIN = 4
+# Characters of an error kept in a log line and in the probe's answer.
+_ERROR_CHARS = 200
+
+
+def database_down(error: BaseException) -> bool:
+    """Whether ``error`` says the database cannot be reached."""
+    if isinstance(error, messaging.RemoteError):
+        # Raised in a conductor; oslo_db's classes are not rebuilt here.
+        return error.exc_type in _DB_DOWN_NAMES or (
+            error.exc_type in ('OperationalError', 'DBError')
+            and bool(_NO_SERVER.search(error.value or '')))
+    if isinstance(error, _DB_DOWN):
+        return True
+    if isinstance(error, db_exc.DBError) and not isinstance(
+            error, db_exc.DBDeadlock):
+        inner = error.inner_exception
+        return inner is not None and database_down(inner)
+    return isinstance(error, sa.exc.OperationalError) and (
+        error.connection_invalidated or bool(_NO_SERVER.search(str(error))))
+
+
+def _causes(error: BaseException) -> Iterator[BaseException]:
+    found: BaseException | None = error
+    for _ in range(_CHAIN):
+        if found is None:
+            return
+        yield found
+        found = found.__cause__ or found.__context__
+
+
+def kind_of(error: BaseException) -> str | None:
+    """The kind of outage ``error`` (or what caused it) says this process
+    is in; None when it says nothing of the kind (a bug)."""
+    for cause in _causes(error):
+        if database_down(cause):
+            return DATABASE
+        if isinstance(cause, _BUS_DOWN):
+            return BUS
+        if isinstance(cause, _NO_ANSWER):
+            return PEER
+    return None
+
+
+def describe(error: BaseException) -> str:
+    """``error`` in one short line, for a log line or the probe."""
+    text = ' '.join(str(error).split())
+    if len(text) > _ERROR_CHARS:
+        text = text[:_ERROR_CHARS] + '...'
+    return f'{type(error).__name__}: {text}' if text else type(
+        error).__name__
+
+
+@dataclasses.dataclass
+class Outage:
+    """An outage under way: since when, how often it was met, the last
+    error that said so."""
+
+    kind: str
+    # time.time() of the first failure, for the probe's answer.
+    since: float
+    # time.monotonic() of the same, for durations.
+    started: float
+    failures: int
+    error: str
+
+
+class Tracker:
+    """The outages of one process, by kind."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._outages: dict[str, Outage] = {}
+
+    def failed(self, kind: str, error: BaseException, where: str) -> None:
+        """``where`` (a task, an RPC method) met an outage of ``kind``."""
+        text = describe(error)
+        with self._lock:
+            outage = self._outages.get(kind)
+            if outage is not None:
+                outage.failures += 1
+                outage.error = text
+            else:
+                self._outages[kind] = Outage(kind, time.time(),
+                                             time.monotonic(), 1, text)
+        if outage is not None:
+            LOG.debug('%s: the %s is still unreachable (%s)', where, kind,
+                      text)
+            return
+        LOG.warning('The %s cannot be reached (%s, met by %s); what needs '
+                    'it fails until it is back, which is logged once.',
+                    kind, text, where)
+
+    def ended(self, kind: str) -> None:
+        """Something that needs ``kind`` succeeded: its outage is over."""
+        with self._lock:
+            outage = self._outages.pop(kind, None)
+        if outage is not None:
+            LOG.info('The %s can be reached again, after %.0f s and %d '
+                     'failed attempts.', kind,
+                     time.monotonic() - outage.started, outage.failures)
+
+    def handled(self, error: BaseException, where: str) -> bool:
+        """Record ``error`` met by ``where`` if it is an outage; whether
+        it was one (False: a bug, for the caller to log)."""
+        kind = kind_of(error)
+        if kind is None:
+            return False
+        self.failed(kind, error, where)
+        return True
+
+    def current(self) -> dict[str, Outage]:
+        """The outages under way, by kind (copies)."""
+        with self._lock:
+            return {kind: dataclasses.replace(outage)
+                    for kind, outage in self._outages.items()}
+
+    def clear(self) -> None:
+        """Forget every outage (a process that starts anew, a test)."""
+        with self._lock:
+            self._outages.clear()
+
+
+# The process's outages: its tasks, its RPC server and its probe share them.
+tracker = Tracker()
