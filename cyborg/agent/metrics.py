@@ -21,6 +21,7 @@ from prometheus_client import registry as prom_registry
 
 from cyborg.common import device_health
 from cyborg.common import metrics_server
+from cyborg.common import probes
 
 # ``instance`` and ``project`` would clash with the ``instance`` label
 # Prometheus gives every target (it renames ours to ``exported_instance``).
@@ -122,9 +123,11 @@ class DeviceCollector(prom_registry.Collector):
 
 class AgentMetrics:
     """The agent's metrics, served on ``[agent] metrics_host`` and
-    ``metrics_port`` between ``start()`` and ``stop()``."""
+    ``metrics_port`` between ``start()`` and ``stop()``, with ``health``
+    at ``probes.PATHS``."""
 
-    def __init__(self, conf: cfg.ConfigOpts) -> None:
+    def __init__(self, conf: cfg.ConfigOpts,
+                 health: probes.Health | None = None) -> None:
         self.conf = conf
         # A registry of our own: the default one would also serve the
         # process and platform collectors prometheus_client registers.
@@ -132,7 +135,8 @@ class AgentMetrics:
         self.devices = DeviceCollector(conf.agent.hostname or conf.host)
         self.registry.register(self.devices)
         self.server = metrics_server.MetricsServer(
-            conf.agent.metrics_host, conf.agent.metrics_port, self.registry)
+            conf.agent.metrics_host, conf.agent.metrics_port, self.registry,
+            health)
 
     def start(self) -> None:
         self.server.start()

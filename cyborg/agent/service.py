@@ -12,7 +12,10 @@ from cyborg.agent import hotplug
 from cyborg.agent import manager
 from cyborg.agent import metrics as agent_metrics
 from cyborg.agent import resource_tracker
+from cyborg.common import metrics_server
 from cyborg.common import notifications
+from cyborg.common import outages
+from cyborg.common import probes
 from cyborg.common import rpc
 from cyborg.common import rpc_service
 from cyborg.conductor import rpcapi as conductor_rpcapi
@@ -20,17 +23,21 @@ from cyborg.conductor import rpcapi as conductor_rpcapi
 
 class AgentService(rpc_service.RPCService):
     """The agent's RPC server and periodic tasks, started once the mdevs of
-    the cache exist again, with the hot-plug monitor alongside."""
+    the cache exist again, with the hot-plug monitor alongside, and the
+    servers of its metrics and health probe when configured."""
 
     def __init__(self, agent: manager.AgentManager,
                  tasks: list[rpc_service.PeriodicTask],
                  monitor: hotplug.HotplugMonitor | None,
-                 metrics: agent_metrics.AgentMetrics | None = None) -> None:
+                 metrics: agent_metrics.AgentMetrics | None = None,
+                 probe: metrics_server.MetricsServer | None = None
+                 ) -> None:
         super().__init__(rpc.AGENT_TOPIC, agent.conf.host, agent.endpoints(),
                          tasks)
         self.agent = agent
         self.monitor = monitor
         self.metrics = metrics
+        self.probe = probe
 
     def start(self) -> None:
         # Before any RPC call or report: an unbind that arrives now must
@@ -41,6 +48,8 @@ class AgentService(rpc_service.RPCService):
         self.agent.reapply_layouts()
         if self.metrics is not None:
             self.metrics.start()
+        if self.probe is not None:
+            self.probe.start()
         if self.monitor is not None:
             self.monitor.start()
         super().start()
@@ -51,6 +60,8 @@ class AgentService(rpc_service.RPCService):
         super().stop()
         if self.metrics is not None:
             self.metrics.stop()
+        if self.probe is not None:
+            self.probe.stop()
 
 
 def build(conf: cfg.ConfigOpts,
@@ -86,8 +97,14 @@ def build(conf: cfg.ConfigOpts,
                                          events=hotplug_events)
     tasks = [report,
              rpc_service.PeriodicTask('agent-heartbeat', agent.heartbeat,
-                                      conf.heartbeat_interval)]
-    metrics = (agent_metrics.AgentMetrics(conf)
+                                      conf.heartbeat_interval),
+             rpc_service.bus_probe(rpc.AGENT_TOPIC, conf.host,
+                                   conf.heartbeat_interval)]
+    # A conductor that answers no call leaves the agent able to do its own
+    # work (devices, unbinds asked before): a warning, not a failure.
+    probe = probes.Health('cyborg-agent', tasks, needs=(outages.BUS,),
+                          wants=(outages.PEER,))
+    metrics = (agent_metrics.AgentMetrics(conf, probe)
                if conf.agent.metrics_port else None)
     if conf.agent.health_interval > 0:
         monitor_health = health.HealthMonitor(
@@ -95,4 +112,5 @@ def build(conf: cfg.ConfigOpts,
             notifier=notifications.get_notifier(conf, 'cyborg-agent'))
         tasks.append(rpc_service.PeriodicTask(
             'agent-health', monitor_health.run, conf.agent.health_interval))
-    return AgentService(agent, tasks, monitor, metrics)
+    return AgentService(agent, tasks, monitor, metrics,
+                        metrics_server.health_server(conf.agent, probe))

@@ -23,6 +23,7 @@ from prometheus_client import registry as prom_registry
 
 from cyborg import context as cyborg_context
 from cyborg.common import metrics_server
+from cyborg.common import probes
 from cyborg.conductor import heartbeats
 from cyborg.conductor import placement_sync
 from cyborg.db import models
@@ -203,13 +204,14 @@ class ConductorMetrics:
     """The conductor's metrics, served on ``[conductor] metrics_host`` and
     ``metrics_port`` between ``start()`` and ``stop()``. Agents' liveness
     is served with ``beats``, placement's with ``placement`` (a conductor
-    with no placement configured serves none)."""
+    with no placement configured serves none), and ``health`` at
+    ``probes.PATHS``."""
 
     def __init__(self, conf: cfg.ConfigOpts,
                  bind_durations: BindDurations,
                  beats: heartbeats.HeartbeatBatch | None = None,
-                 placement: placement_sync.PlacementSync | None = None
-                 ) -> None:
+                 placement: placement_sync.PlacementSync | None = None,
+                 health: probes.Health | None = None) -> None:
         # A registry of our own: the default one would also serve the
         # process and platform collectors prometheus_client registers.
         self.registry = prom_registry.CollectorRegistry()
@@ -223,7 +225,7 @@ class ConductorMetrics:
             self.registry.register(PlacementCollector(placement))
         self.server = metrics_server.MetricsServer(
             conf.conductor.metrics_host, conf.conductor.metrics_port,
-            self.registry)
+            self.registry, health)
 
     def start(self) -> None:
         self.server.start()

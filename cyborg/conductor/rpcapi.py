@@ -139,8 +139,15 @@ class ConductorAPI:
 
     def service_heartbeat(self, context: Context, host: str, binary: str,
                           version: str, hostname: str | None = None) -> None:
-        """Record that a service is alive; fire and forget."""
-        cctxt = self.client.prepare(version='1.0')
+        """Record that a service is alive; fire and forget.
+
+        Sent with at most ``rpc.CALL_RETRY`` reconnections, as calls are:
+        with oslo.messaging's default (for ever) a heartbeat pass would
+        wait for the whole of a broker outage, and its task look stuck to
+        the agent's liveness probe, instead of failing as an outage of the
+        message bus.
+        """
+        cctxt = self.client.prepare(version='1.0', retry=rpc.CALL_RETRY)
         cctxt.cast(context, 'service_heartbeat', host=host, binary=binary,
                    version=version, hostname=hostname)
 

@@ -5,6 +5,9 @@ from oslo_config import cfg
 
 from cyborg import context as cyborg_context
 from cyborg import version
+from cyborg.common import metrics_server
+from cyborg.common import outages
+from cyborg.common import probes
 from cyborg.common import rpc
 from cyborg.common import rpc_service
 from cyborg.conductor import layouts
@@ -23,21 +26,27 @@ STALE_CLEAN_INTERVAL = 15
 
 class ConductorService(rpc_service.RPCService):
     """The conductor's RPC server and periodic tasks, with its metrics
-    server when ``[conductor] metrics_port`` is set."""
+    server when ``[conductor] metrics_port`` is set and its health probe's
+    when ``[conductor] health_port`` is another."""
 
     def __init__(self, conductor: manager.ConductorManager,
                  tasks: list[rpc_service.PeriodicTask],
-                 metrics: conductor_metrics.ConductorMetrics | None) -> None:
+                 metrics: conductor_metrics.ConductorMetrics | None,
+                 probe: metrics_server.MetricsServer | None = None
+                 ) -> None:
         super().__init__(rpc.CONDUCTOR_TOPIC, conductor.conf.host,
                          conductor.endpoints(), tasks)
         self.conductor = conductor
         self.metrics = metrics
+        self.probe = probe
 
     def start(self) -> None:
         # First: a port already taken stops the conductor before it takes
         # any message.
         if self.metrics is not None:
             self.metrics.start()
+        if self.probe is not None:
+            self.probe.start()
         super().start()
 
     def stop(self) -> None:
@@ -46,6 +55,8 @@ class ConductorService(rpc_service.RPCService):
         self.conductor.heartbeats.stop()
         if self.metrics is not None:
             self.metrics.stop()
+        if self.probe is not None:
+            self.probe.stop()
 
 
 def build(conf: cfg.ConfigOpts) -> ConductorService:
@@ -56,8 +67,13 @@ def build(conf: cfg.ConfigOpts) -> ConductorService:
                            'cyborg-conductor', version.version_string())
 
     conductor = manager.ConductorManager(conf)
+    # The heartbeat writes a row each pass: its success is what ends an
+    # outage of the database, whoever met it (a task, an RPC handler).
     tasks = [rpc_service.PeriodicTask('conductor-heartbeat', heartbeat,
-                                      conf.heartbeat_interval),
+                                      conf.heartbeat_interval,
+                                      restores=(outages.DATABASE,)),
+             rpc_service.bus_probe(rpc.CONDUCTOR_TOPIC, conf.host,
+                                   conf.heartbeat_interval),
              rpc_service.PeriodicTask('conductor-stale-binds',
                                       conductor.binder.fail_stale_binds,
                                       STALE_BIND_INTERVAL),
@@ -84,8 +100,13 @@ def build(conf: cfg.ConfigOpts) -> ConductorService:
             tasks.append(rpc_service.PeriodicTask(
                 'placement-reconcile', conductor.placement.reconcile,
                 conf.placement.reconcile_interval))
+    health = probes.Health('cyborg-conductor', tasks,
+                           needs=(outages.DATABASE, outages.BUS),
+                           wants=(outages.PEER,))
     metrics = (conductor_metrics.ConductorMetrics(
         conf, conductor.binder.bind_durations, conductor.heartbeats,
-        conductor.placement)
+        conductor.placement, health)
         if conf.conductor.metrics_port else None)
-    return ConductorService(conductor, tasks, metrics)
+    return ConductorService(conductor, tasks, metrics,
+                            metrics_server.health_server(conf.conductor,
+                                                         health))

@@ -43,6 +43,26 @@ conductor_opts = [
              'IPv4) address, 127.0.0.1 for a Prometheus on this host only. '
              'The metrics are served without authentication: restrict who '
              'can reach the port.'),
+    cfg.PortOpt(
+        'health_port',
+        default=0,
+        help='TCP port on which the conductor answers health probes at '
+             '/health (ready: it reaches its database and the message bus, '
+             'and its periodic tasks run) and /health/live (alive: its '
+             'periodic tasks run), in the '
+             'application/health+json format. 0, the default, serves them '
+             'on [conductor] metrics_port when that is set and nowhere '
+             'otherwise; the metrics port itself serves both too. See '
+             '"Liveness and readiness" in the operating guide.'),
+    cfg.HostAddressOpt(
+        'health_host',
+        default='0.0.0.0',
+        help='Address on which the conductor answers health probes when '
+             '[conductor] health_port is set: 0.0.0.0 for every IPv4 '
+             'address (a Kubernetes probe comes to the pod\'s address), '
+             '127.0.0.1 for a probe run on this host. The probes are '
+             'answered without authentication; an outage\'s error names '
+             'the peer that cannot be reached.'),
 ]
 
 GROUP = groups.Group(

@@ -289,7 +289,10 @@ def test_pending_hosts_reach_placement_soon_after_an_outage(
     assert conductor.report_data(ctx, conf.host, report)[
         'placement_pending'] == 1
     calls = conductor.placement.client.calls
-    for task in svc.tasks:
+    # Not the bus probe: no RPC server runs here to answer its pings.
+    tasks = [task for task in svc.tasks
+             if not task.name.endswith('-bus-probe')]
+    for task in tasks:
         task.start()
     try:
         # Long enough for a backoff that doubles from a few seconds to
@@ -306,7 +309,7 @@ def test_pending_hosts_reach_placement_soon_after_an_outage(
                               for r in caplog.records), 5,
                   'no log line says placement is back')
     finally:
-        for task in svc.tasks:
+        for task in tasks:
             task.stop()
         relay.close()
     logging.getLogger(__name__).info(
