@@ -54,18 +54,27 @@ def pytest_configure(config) -> None:
         'markers', 'flow: a multi-process flow (gate_stack.backends)')
 
 
+# Markers of tests that only a run whose ``-m`` expression names them
+# selects, each with a tox environment of its own.
+#   nova: the Nova gate starts some twenty processes for minutes. With its
+#     reduced set the suite took 21 min 20 s on two cores (2026-11-27),
+#     past the 20 minutes CI's whole run may take, so the reduced set is
+#     ``tox -e nova -- -m nova_reduced``, not part of the suite.
+#   image: building the container image takes minutes (a base made from
+#     Debian's packages, the dependencies from the index): tox -e images.
+OPT_IN_MARKERS = ('nova', 'image')
+
+
 def pytest_collection_modifyitems(config, items) -> None:
-    """The Nova gate (marker ``nova``) starts some twenty processes for
-    minutes: only a run whose ``-m`` expression names it selects it. With
-    its reduced set the suite took 21 min 20 s on two cores (2026-11-27),
-    past the 20 minutes CI's whole run may take, so the reduced set is
-    ``tox -e nova -- -m nova_reduced``, not part of the suite."""
-    if 'nova' in (config.option.markexpr or ''):
-        return
-    gate = [item for item in items if item.get_closest_marker('nova')]
-    if gate:
-        config.hook.pytest_deselected(items=gate)
-        items[:] = [item for item in items if item not in gate]
+    """Leave out the tests of OPT_IN_MARKERS the ``-m`` expression does
+    not name."""
+    named = config.option.markexpr or ''
+    left_out = [item for item in items if any(
+        item.get_closest_marker(marker) and marker not in named
+        for marker in OPT_IN_MARKERS)]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if item not in left_out]
 
 
 def services_required() -> bool:
