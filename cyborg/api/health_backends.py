@@ -11,6 +11,7 @@ from oslo_config import cfg
 from oslo_middleware.healthcheck import pluginbase
 
 from cyborg import context as cyborg_context
+from cyborg.common import outages
 from cyborg.common import rpc
 from cyborg.db import api as db_api
 
@@ -45,18 +46,16 @@ class CachedCheck:
         self._last: tuple[float, bool, str] | None = None
 
     def _run(self) -> tuple[float, bool, str]:
-        was = self._last[1] if self._last is not None else True
         try:
             reached = self._check()
         except Exception as error:  # noqa: BLE001 (any failure is the answer)
-            if was:
-                # Once per outage, not on every check while it lasts.
-                LOG.warning('Health check: the %s is unreachable: %s',
-                            self.name, error)
+            # Logged once per outage by the process's tracker, whichever
+            # of the plain and detailed checks, or of the API's own
+            # requests, meets it first.
+            outages.tracker.failed(self.name, error, 'the health check')
             return (self._clock(), False,
                     f'{self.name} unreachable: {type(error).__name__}')
-        if not was:
-            LOG.info('Health check: the %s is reachable again.', self.name)
+        outages.tracker.ended(self.name)
         return self._clock(), True, f'{self.name} OK: {reached}'
 
     def __call__(self) -> Result:
@@ -99,7 +98,7 @@ class _Backend(pluginbase.HealthcheckBaseExtension):
 class DatabaseCheck(_Backend):
     """``SELECT 1`` on the API's database."""
 
-    name = 'database'
+    name = outages.DATABASE
 
     def check(self) -> str:
         return db_api.ping(cyborg_context.get_admin_context())
@@ -109,7 +108,7 @@ class MessageBusCheck(_Backend):
     """A new connection to the broker of the API's transport URL, closed
     at once (``rpc.reach_broker``)."""
 
-    name = 'message bus'
+    name = outages.BUS
 
     def check(self) -> str:
         return rpc.reach_broker(self.oslo_conf, BROKER_TIMEOUT)

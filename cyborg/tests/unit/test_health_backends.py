@@ -8,6 +8,7 @@ import pytest
 from oslo_config import cfg
 
 from cyborg.api import health_backends
+from cyborg.common import outages
 from cyborg.common import rpc
 from cyborg.conf import healthcheck
 from cyborg.tests import conftest
@@ -40,7 +41,7 @@ def test_a_result_serves_until_it_is_older_than_the_ttl():
 
 
 def test_a_failure_is_unavailable_and_logged_once_per_outage(caplog):
-    caplog.set_level(logging.INFO, health_backends.__name__)
+    caplog.set_level(logging.INFO, outages.__name__)
     clock = Clock()
     up = [False]
 
@@ -49,7 +50,8 @@ def test_a_failure_is_unavailable_and_logged_once_per_outage(caplog):
             raise ConnectionRefusedError(111, 'Connection refused')
         return 'RabbitMQ at 127.0.0.1:5672'
 
-    check = health_backends.CachedCheck('message bus', reach, 0.0, clock)
+    outages.tracker.clear()
+    check = health_backends.CachedCheck(outages.BUS, reach, 0.0, clock)
     for _ in range(3):
         down = check()
     assert (down.available, down.reason) == (False,
@@ -58,12 +60,14 @@ def test_a_failure_is_unavailable_and_logged_once_per_outage(caplog):
         'message bus unreachable: ConnectionRefusedError')
     up[0] = True
     assert check().available
-    messages = [r.getMessage() for r in caplog.records
-                if r.name == health_backends.__name__]
-    assert messages == [
-        'Health check: the message bus is unreachable: '
-        '[Errno 111] Connection refused',
-        'Health check: the message bus is reachable again.']
+    messages = [(r.levelname, r.getMessage()) for r in caplog.records
+                if r.name == outages.__name__ and r.levelno >= logging.INFO]
+    assert [level for level, _ in messages] == ['WARNING', 'INFO']
+    assert messages[0][1].startswith(
+        'The message bus cannot be reached (ConnectionRefusedError')
+    assert 'met by the health check' in messages[0][1]
+    assert messages[1][1].startswith(
+        'The message bus can be reached again, after 0 s and 3 failed')
 
 
 def test_a_request_during_a_check_gets_the_last_result():
