@@ -31,6 +31,7 @@ LOG = logging.getLogger(__name__)
 # enough that keystoneauth's retries (which honour it) end soon after.
 RETRY_AFTER = 5
 
+
 class _Outages:
     """``function``, raising a database outage as DatabaseUnavailable.
 
