@@ -4,10 +4,11 @@ balancers and request ids in every process's log.
 cyborg-api, a conductor and an agent (fake driver) run as processes on
 RabbitMQ and a database server, MariaDB by default (PostgreSQL too under
 CYBORG_TEST_ALL_BACKENDS=1), one stack for the module. The API reaches
-the database through a TCP proxy that the test stops and starts again,
-as a database that goes away and comes back; the conductor and the agent
-reach it directly. No placement runs: nothing here reads it, and a
-conductor only logs that it cannot reach it.
+the database through a TCP relay (``placement_server.Relay``) that the
+test closes and opens again, as a database that goes away and comes
+back; the conductor and the agent reach it directly. No placement runs:
+nothing here reads it, and a conductor only logs that it cannot reach
+it.
 """
 import pathlib
 import re
@@ -22,7 +23,7 @@ from cyborg.db import migration
 from cyborg.tests import conftest
 from cyborg.tests import utils
 from cyborg.tests.harness import gate_stack
-from cyborg.tests.harness import tcp_proxy
+from cyborg.tests.harness import placement_server
 
 # One xdist worker runs the whole module (tox's --dist loadgroup), so that
 # the stack starts once: 30 s of a worker on two cores.
@@ -36,7 +37,7 @@ CACHE_SECONDS = 0.5
 
 
 class Deployment:
-    def __init__(self, stack: gate_stack.Stack, proxy: tcp_proxy.TcpProxy,
+    def __init__(self, stack: gate_stack.Stack, proxy: placement_server.Relay,
                  disable_file: pathlib.Path, dialect: str) -> None:
         self.stack = stack
         self.dialect = dialect
@@ -68,9 +69,8 @@ def deployment(request, tmp_path_factory) -> Iterator[Deployment]:
 def _deploy(workdir: pathlib.Path, database_url: str,
             rabbit_url: str) -> Iterator[Deployment]:
     url = sa.engine.make_url(database_url)
-    proxy = tcp_proxy.TcpProxy((url.host or '127.0.0.1',
-                                url.port or {'mysql': 3306}.get(
-                                    url.get_backend_name(), 5432)))
+    port = url.port or {'mysql': 3306}.get(url.get_backend_name(), 5432)
+    proxy = placement_server.Relay(f'tcp://{url.host or "127.0.0.1"}:{port}')
     proxied = url.set(host='127.0.0.1', port=proxy.port).render_as_string(
         hide_password=False)
     disable_file = workdir / 'disabled'
@@ -87,7 +87,7 @@ def _deploy(workdir: pathlib.Path, database_url: str,
             'detailed': 'true', 'cache_seconds': CACHE_SECONDS}})
     stack.add_conductor('conductor1', extra={'DEFAULT': {'debug': 'true'}})
     stack.add_agent(HOST, NODE, 1, 1)
-    proxy.start()
+    proxy.open()
     try:
         with stack.running():
             stack.start('conductor1', 'api')
@@ -100,7 +100,7 @@ def _deploy(workdir: pathlib.Path, database_url: str,
             yield Deployment(stack, proxy, disable_file,
                              url.get_backend_name())
     finally:
-        proxy.stop()
+        proxy.close()
 
 
 def _registered(stack: gate_stack.Stack) -> bool:
@@ -158,7 +158,7 @@ def test_healthcheck_disabled_by_file(deployment):
 
 
 def test_healthcheck_while_the_database_is_away(deployment):
-    deployment.proxy.stop()
+    deployment.proxy.close()
     try:
         down = gate_stack.wait_for(
             lambda: (r := deployment.healthcheck()).status_code == 503
@@ -170,7 +170,7 @@ def test_healthcheck_while_the_database_is_away(deployment):
         assert detailed['reasons'][1]['details'].startswith(
             'database unreachable: DBConnectionError'), detailed['reasons']
     finally:
-        deployment.proxy.start()
+        deployment.proxy.open()
     gate_stack.wait_for(
         lambda: deployment.healthcheck().status_code == 200,
         'a 200 once the database is back', 15, interval=0.1)
