@@ -41,6 +41,10 @@ from cyborg.tests.functional.api.contract import served_version
 # noauth the API trusts X-Service-Roles): the caller every operation
 # serves, binds and deletes by instance included.
 HEADERS = {'X-Auth-Token': 'admin', 'X-Service-Roles': 'service'}
+# Headers that frame a request on the wire rather than say anything to
+# the API (see ``Fuzzer.prepare``).
+FRAMING_HEADERS = frozenset(('content-length', 'transfer-encoding',
+                             'host', 'connection'))
 # Walks of the stateful phase per hypothesis run.
 STATEFUL_BATCH = 20
 
@@ -210,7 +214,13 @@ class Fuzz:
         data = meta.phase.data if meta else None
         # A probe of the method or the Content-Type keeps the rest valid.
         probe = getattr(data, 'scenario', None) in REQUEST_SHAPE_PROBES
-        headers = dict(case.headers or {}, **HEADERS)
+        # Framing headers are the HTTP client's to set: a malformed
+        # Content-Length is refused by the HTTP server (waitress, uwsgi)
+        # before any WSGI application sees the request, as RFC 9112
+        # section 6.3 asks, in its own plain-text 400.
+        headers = dict({name: value for name, value
+                        in (case.headers or {}).items()
+                        if name.lower() not in FRAMING_HEADERS}, **HEADERS)
         if probe or (ParameterLocation.HEADER not in negative
                      and getattr(data, 'parameter', None) != VERSION_HEADER):
             headers.pop(VERSION_HEADER, None)
