@@ -27,17 +27,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import requests
 
 from cyborg.db import migration
 from cyborg.tests import utils
 from cyborg.tests.harness import container_image
 from cyborg.tests.harness import gate_stack
+from cyborg.tests.harness import packaging
 
 pytestmark = pytest.mark.image
 
-ADMIN = {'X-Auth-Token': 'admin',
-         'OpenStack-API-Version': 'accelerator 2.5'}
 AGENT_HOST = 'img-cmp1'
 DEVICES = 2
 # The UID the Containerfile gives the user "cyborg".
@@ -142,22 +140,6 @@ def _conf_dir(workdir: pathlib.Path, name: str, database_url: str,
     return conf_dir
 
 
-def _up(api: str) -> set[tuple[str, str]]:
-    answer = requests.get(f'{api}/services', headers=ADMIN, timeout=10)
-    return {(s['binary'], s['host']) for s in answer.json()['services']
-            if s['state'] == 'up'}
-
-
-def _devices(api: str) -> list[dict[str, Any]]:
-    return requests.get(f'{api}/devices?hostname={AGENT_HOST}',
-                        headers=ADMIN, timeout=10).json()['devices']
-
-
-def _api_up(api: str) -> bool:
-    try:
-        return requests.get(api, timeout=2).status_code == 200
-    except requests.RequestException:
-        return False
 
 
 def _listening(process: gate_stack.Process) -> bool:
@@ -200,13 +182,15 @@ def test_services_run_from_the_image(containers, empty_db_url, rabbit_url,
         gate_stack.wait_for(lambda: _listening(conductor),
                             'the conductor to listen', 60)
         agent.start()
-        gate_stack.wait_for(lambda: _api_up(api), 'the API', 60)
+        gate_stack.wait_for(lambda: packaging.api_up(api), 'the API', 60)
         gate_stack.wait_for(
-            lambda: _up(api) >= {('cyborg-conductor', 'img-ctl1'),
-                                 ('cyborg-agent', AGENT_HOST)},
+            lambda: packaging.services_up(api) >= {
+                ('cyborg-conductor', 'img-ctl1'),
+                ('cyborg-agent', AGENT_HOST)},
             'the conductor and the agent up', 60)
-        devices = gate_stack.wait_for(lambda: _devices(api),
-                                      "the agent's devices", 60)
+        devices = gate_stack.wait_for(
+            lambda: packaging.devices(api, AGENT_HOST),
+            "the agent's devices", 60)
         assert len(devices) == DEVICES, devices
     except BaseException:
         print(''.join(f'\n--- {p.name} ---\n{p.tail(40)}'

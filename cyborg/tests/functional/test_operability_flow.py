@@ -116,6 +116,18 @@ def _lines(stack: gate_stack.Stack, name: str, text: str) -> list[str]:
 
 # -- /healthcheck -------------------------------------------------------------
 
+def _drivers_as(stack: gate_stack.Stack, given: str) -> str:
+    """Reads the agent's drivers through the API (a call to the conductor,
+    which calls the agent) with ``given`` as the caller's request id;
+    the request id the API gave the request."""
+    response = requests.get(f'{stack.api_url}/hosts/{HOST}/drivers',
+                            headers={**gate_stack.API_HEADERS,
+                                     'X-OpenStack-Request-ID': given},
+                            timeout=30)
+    assert response.status_code == 200, response.text
+    return response.headers['X-OpenStack-Request-ID']
+
+
 def test_healthcheck_answers_without_a_token(deployment):
     response = deployment.healthcheck()
     assert response.status_code == 200, response.text
@@ -184,12 +196,7 @@ def test_request_ids_reach_the_conductor_and_the_agent(deployment):
     and the API's own request id."""
     stack = deployment.stack
     given = f'req-{uuid.uuid4()}'
-    response = requests.get(f'{stack.api_url}/hosts/{HOST}/drivers',
-                            headers={**gate_stack.API_HEADERS,
-                                     'X-OpenStack-Request-ID': given},
-                            timeout=30)
-    assert response.status_code == 200, response.text
-    own = response.headers['X-OpenStack-Request-ID']
+    own = _drivers_as(stack, given)
     assert own != given and re.fullmatch(r'req-[0-9a-f-]{36}', own)
     # oslo.log's logging_context_format_string: "... [%(global_request_id)s
     # %(request_id)s %(user_identity)s] ...".
@@ -206,12 +213,7 @@ def test_request_ids_reach_the_conductor_and_the_agent(deployment):
 def test_an_invalid_global_request_id_is_ignored(deployment):
     stack = deployment.stack
     given = 'not-a-request-id'
-    response = requests.get(f'{stack.api_url}/hosts/{HOST}/drivers',
-                            headers={**gate_stack.API_HEADERS,
-                                     'X-OpenStack-Request-ID': given},
-                            timeout=30)
-    assert response.status_code == 200, response.text
-    own = response.headers['X-OpenStack-Request-ID']
+    own = _drivers_as(stack, given)
     line = gate_stack.wait_for(
         lambda: _lines(stack, 'conductor1', own), 'the conductor\'s line',
         10)[0]

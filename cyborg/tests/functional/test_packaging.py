@@ -42,7 +42,6 @@ import zipfile
 from typing import Any
 
 import pytest
-import requests
 
 from cyborg.db import migration
 from cyborg.tests import utils
@@ -50,8 +49,6 @@ from cyborg.tests.harness import cached_venv
 from cyborg.tests.harness import gate_stack
 from cyborg.tests.harness import packaging
 
-ADMIN = {'X-Auth-Token': 'admin',
-         'OpenStack-API-Version': 'accelerator 2.5'}
 AGENT_HOST = 'pkg-cmp1'
 DEVICES = 2
 
@@ -135,27 +132,11 @@ def _process(venv: pathlib.Path, workdir: pathlib.Path, name: str,
     return process
 
 
-def _up(api: str) -> set[tuple[str, str]]:
-    answer = requests.get(f'{api}/services', headers=ADMIN, timeout=10)
-    return {(s['binary'], s['host']) for s in answer.json()['services']
-            if s['state'] == 'up'}
-
-
-def _devices(api: str) -> list[dict[str, Any]]:
-    return requests.get(f'{api}/devices?hostname={AGENT_HOST}',
-                        headers=ADMIN, timeout=10).json()['devices']
-
 
 def _listening(process: gate_stack.Process) -> bool:
     assert process.running, f'{process.name} exited'
     return 'listening on topic' in process.log()
 
-
-def _api_up(api: str) -> bool:
-    try:
-        return requests.get(api, timeout=2).status_code == 200
-    except requests.RequestException:
-        return False
 
 
 @pytest.mark.parametrize(
@@ -208,13 +189,15 @@ def test_installed_services_run(installed, empty_db_url, rabbit_url,
             gate_stack.wait_for(
                 lambda: _listening(conductor), 'the conductor to listen', 60)
             agent.start()
-            gate_stack.wait_for(lambda: _api_up(api), 'the API', 60)
+            gate_stack.wait_for(lambda: packaging.api_up(api), 'the API', 60)
             gate_stack.wait_for(
-                lambda: _up(api) >= {('cyborg-conductor', 'pkg-ctl1'),
-                                     ('cyborg-agent', AGENT_HOST)},
+                lambda: packaging.services_up(api) >= {
+                    ('cyborg-conductor', 'pkg-ctl1'),
+                    ('cyborg-agent', AGENT_HOST)},
                 'the conductor and the agent up', 60)
             devices = gate_stack.wait_for(
-                lambda: _devices(api), "the agent's devices", 60)
+                lambda: packaging.devices(api, AGENT_HOST),
+                "the agent's devices", 60)
             assert len(devices) == DEVICES, devices
 
             status_conf = _conf(

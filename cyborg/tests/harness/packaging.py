@@ -20,6 +20,9 @@ import re
 import shutil
 import subprocess
 import sys
+from typing import Any
+
+import requests
 
 import cyborg
 from cyborg.tests.harness import cached_venv
@@ -32,6 +35,10 @@ _BUILD_OUTPUT = re.compile(
     r'|^(venv|state)/|\.py[cod]$|\.sqlite$')
 # Seconds for building the sdist or the wheel, and for pip installing one.
 BUILD_TIMEOUT = 300
+# How the tests of an installed cyborg (a wheel, an sdist, an image)
+# call its API: noauth's admin, at the microversion that lists services.
+ADMIN = {'X-Auth-Token': 'admin',
+         'OpenStack-API-Version': 'accelerator 2.5'}
 
 
 def source_files(root: pathlib.Path = ROOT) -> list[str]:
@@ -143,3 +150,24 @@ def run(venv: pathlib.Path, cwd: pathlib.Path, script: str, *args: str,
     return subprocess.run(command(venv, script, *args), cwd=cwd,
                           env=cached_venv.env(), capture_output=True,
                           text=True, timeout=timeout, check=False)
+
+
+def api_up(api: str) -> bool:
+    """Whether the installed API at ``api`` answers its version."""
+    try:
+        return requests.get(api, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def services_up(api: str) -> set[tuple[str, str]]:
+    """(binary, host) of the services ``api`` lists as up."""
+    answer = requests.get(f'{api}/services', headers=ADMIN, timeout=10)
+    return {(s['binary'], s['host']) for s in answer.json()['services']
+            if s['state'] == 'up'}
+
+
+def devices(api: str, hostname: str) -> list[dict[str, Any]]:
+    """The devices ``api`` lists on ``hostname``."""
+    return requests.get(f'{api}/devices?hostname={hostname}',
+                        headers=ADMIN, timeout=10).json()['devices']
