@@ -49,11 +49,12 @@ METHODS = ('GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS')
 WITH_BODY = ('POST', 'PUT', 'PATCH')
 # None: no header at all.
 VERSION_HEADERS = (None, '2.0', '2.1', '2.2', '2.3', '2.4', '2.5', '2.6',
-                   '2.7', '2.8', '2.9', 'latest', 'bogus', '2.99')
+                   '2.7', '2.8', '2.9', '2.10', '2.11', '2.12', 'latest',
+                   'bogus', '2.99')
 HEADERS = ('Allow', 'Content-Type', 'OpenStack-API-Version',
            'OpenStack-API-Minimum-Version', 'OpenStack-API-Maximum-Version',
            'Vary')
-# The paths of the table as of 2.9 and v1, {names} filled by ``paths``,
+# The paths of the table as of 2.10 and v1, {names} filled by ``paths``,
 # then paths the API does not have.
 TEMPLATES = (
     '/', '/v1', '/v1/', '/v1/accelerators', '/v1/accelerators/{deployable}',
@@ -71,6 +72,8 @@ TEMPLATES = (
     '/v2/deployables/{missing}/program/{missing}',
     '/v2/device_profiles', '/v2/device_profiles/{profile}',
     '/v2/device_profiles/dp1', '/v2/device_profiles/{missing}',
+    '/v2/device_profiles/dp1/projects',
+    '/v2/device_profiles/{missing}/projects/p1',
     '/v2/devices', '/v2/devices/{device}', '/v2/devices/{missing}',
     '/v2/devices/{missing}/disable', '/v2/devices/{missing}/enable',
     '/v2/devices/{missing}/health', '/v2/devices/{device}/impact',

@@ -56,6 +56,14 @@ class Microversion(_Number, enum.Enum):
     # live attach and detach: a PATCH may bind requests to an instance
     # that has bound ones, and unbinding one that is not bound is a 409
     LIVE_ATTACH = 2, 9
+    # private device profiles: is_public, the projects a private profile
+    # is for (PATCH /device_profiles/{uuid_or_name},
+    # /device_profiles/{uuid_or_name}/projects)
+    PRIVATE_PROFILES = 2, 10
+    # POST /accelerator_requests takes an Idempotency-Key header
+    IDEMPOTENT_CREATE = 2, 11
+    # GET /capacity pages its groups: limit, marker and a next link
+    CAPACITY_PAGES = 2, 12
 
 
 # As plain tuples: what the headers, the version documents and the

@@ -47,6 +47,11 @@ class DeviceProfileNotFound(NotFound):
     msg_fmt = 'Device profile %(name)s could not be found.'
 
 
+class DeviceProfileProjectNotFound(NotFound):
+    msg_fmt = ('Project %(project_id)s is not in the access list of device '
+               'profile %(name)s.')
+
+
 class ARQNotFound(NotFound):
     msg_fmt = 'Accelerator request(s) %(uuids)s could not be found.'
 
@@ -63,6 +68,36 @@ class Forbidden(CyborgException):
 
 class PolicyNotAuthorized(Forbidden):
     msg_fmt = 'Access was denied to the following resource: %(action)s'
+
+
+class OverLimit(Forbidden):
+    """A create or a bind that would take a project over one of its
+    limits (Keystone's unified limits, see ``cyborg.db.api.usage``):
+    refused whole, nothing of it written. ``over`` lists each limit gone
+    over as {resource, limit, usage, delta}."""
+
+    msg_fmt = 'Project %(project)s is over a limit.'
+
+    @classmethod
+    def of(cls, project: str, over: list[dict[str, Any]],
+           unregistered: frozenset[str] = frozenset()) -> 'OverLimit':
+        """The refusal of ``project``'s write, from each limit it goes
+        over; those of ``unregistered`` resources are 0 for want of a
+        registered limit, which the message says."""
+        sentences = []
+        for item in over:
+            asks = ('makes' if item['resource'] == 'accelerator_requests'
+                    else 'binds')
+            sentence = (f'Project {project} is over its limit of '
+                        f'{item["limit"]} for {item["resource"]}: it holds '
+                        f'{item["usage"]} and this request {asks} '
+                        f'{item["delta"]}.')
+            if item['resource'] in unregistered:
+                sentence += (f' No limit is registered for '
+                             f'{item["resource"]} in Keystone, which makes '
+                             'it 0 ([quota] unified_limits_resource_list).')
+            sentences.append(sentence)
+        return cls(' '.join(sentences), project=project, over=over)
 
 
 class NotAcceptable(CyborgException):
@@ -101,6 +136,29 @@ class CallExpired(ServiceUnavailable):
 
     msg_fmt = ('Service unavailable: the RPC call %(method)s reached its '
                'server after its deadline; nothing was done.')
+
+
+class LimitsUnavailable(ServiceUnavailable):
+    """Keystone could not say a project's limits while limits are on
+    (``[quota] driver``): nothing is written unchecked. What went wrong,
+    which may name hosts, goes to the conductor's log."""
+
+    msg_fmt = ('Service unavailable: cyborg cannot read the limits of '
+               'project(s) %(projects)s from Keystone (the identity '
+               'service) to check this request; retry later.')
+
+
+class IdempotencyKeyReused(CyborgException):
+    """A create whose Idempotency-Key an earlier create of the project
+    used for another device profile (microversion 2.11): 422, as
+    draft-ietf-httpapi-idempotency-key-header answers a key reused with
+    another request body."""
+
+    msg_fmt = ('Idempotency-Key %(key)r was used for device profile '
+               '%(used)s by an earlier create of this project, not for '
+               '%(asked)s; send another key to create requests of '
+               '%(asked)s.')
+    code = 422
 
 
 class LegacyServerError(CyborgException):

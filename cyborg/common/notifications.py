@@ -104,13 +104,15 @@ PROGRAM = Payload('DeployableProgramPayload', '1.0', {
     'deployable_uuid': _STR, 'deployable_name': _STR, 'host': _STR,
     'driver_name': _STR, 'image_uuid': _STR, 'arq_uuids': _STRINGS,
     'reason': _OPT_STR})
-ARQ = Payload('ARQPayload', '1.0', {
+# 1.1: ``reason``, why a request went that no API call deleted
+# (``expired``); null otherwise.
+ARQ = Payload('ARQPayload', '1.1', {
     'uuid': _STR, 'state': _STR, 'device_profile_name': _STR,
     'device_profile_group_id': _INT, 'project_id': _OPT_STR,
     'instance_uuid': _OPT_STR, 'hostname': _OPT_STR,
     'device_rp_uuid': _OPT_STR, 'attach_handle_type': _STR,
     'attach_handle_uuid': _OPT_STR, 'created_at': _OPT_STR,
-    'updated_at': _OPT_STR})
+    'updated_at': _OPT_STR, 'reason': _OPT_STR})
 ARQ_BIND_ERROR = Payload('ARQBindErrorPayload', '1.0', {
     **ARQ.fields, 'reason': _STR})
 
@@ -154,10 +156,11 @@ def device_data(device: dict[str, Any]) -> dict[str, Any]:
                 updated_at=_time(device.get('updated_at')))
 
 
-def arq_data(arq: dict[str, Any]) -> dict[str, Any]:
+def arq_data(arq: dict[str, Any], reason: str | None = None
+             ) -> dict[str, Any]:
     """An ``arqs.to_dict()`` dict in payload form."""
     return dict(arq, created_at=_time(arq.get('created_at')),
-                updated_at=_time(arq.get('updated_at')))
+                updated_at=_time(arq.get('updated_at')), reason=reason)
 
 
 class _FailedSends(logging.Filter):
@@ -371,15 +374,17 @@ class Notifier:
     def arq_bind_error(self, context: cyborg_context.RequestContext | None,
                        arq: dict[str, Any], reason: str) -> None:
         self._send(context, 'accelerator.arq.bind.error',
-                   dict(arq_data(arq), reason=reason))
+                   arq_data(arq, reason))
 
     def arq_unbind(self, context: cyborg_context.RequestContext | None,
                    arq: dict[str, Any]) -> None:
         self._send(context, 'accelerator.arq.unbind', arq_data(arq))
 
     def arq_delete(self, context: cyborg_context.RequestContext | None,
-                   arq: dict[str, Any]) -> None:
-        self._send(context, 'accelerator.arq.delete', arq_data(arq))
+                   arq: dict[str, Any], reason: str | None = None) -> None:
+        """``reason``: why a request no API call deleted went
+        (``expired``, see ``unbound_expiry``)."""
+        self._send(context, 'accelerator.arq.delete', arq_data(arq, reason))
 
 
 _NOTIFIERS: dict[tuple[Any, ...], Notifier] = {}

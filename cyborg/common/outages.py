@@ -28,11 +28,14 @@ from cyborg.common import exception
 LOG = logging.getLogger(__name__)
 
 # The kinds of outage: the process's database (conductors, the API), the
-# message broker, and the services it calls (an agent's conductors, a
-# conductor's agents), which may answer no call while the broker works.
+# message broker, the services it calls (an agent's conductors, a
+# conductor's agents), which may answer no call while the broker works,
+# and Keystone's limits (told by cyborg.conductor.limits).
 DATABASE = 'database'
 BUS = 'message bus'
 PEER = 'RPC peer'
+# Keystone, where a conductor reads project limits ([quota] driver).
+KEYSTONE = 'identity service'
 
 # oslo.db's names for "cannot connect, or lost the connection" (MariaDB
 # 2002/2003/2006/2013, PostgreSQL disconnects), and for a database that is

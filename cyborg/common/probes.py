@@ -50,7 +50,8 @@ _HTTP_STATUS = {PASS: '200 OK', WARN: '200 OK',
 # Each kind of outage's check: (key in ``checks``, componentType).
 _CHECKS = {outages.DATABASE: ('database:connectivity', 'datastore'),
            outages.BUS: ('message_bus:connectivity', 'component'),
-           outages.PEER: ('rpc_peers:connectivity', 'component')}
+           outages.PEER: ('rpc_peers:connectivity', 'component'),
+           outages.KEYSTONE: ('identity:connectivity', 'component')}
 
 
 def _iso(timestamp: float) -> str:

@@ -35,6 +35,7 @@ from cyborg.common import exception
 from cyborg.common import glance_client
 from cyborg.conductor import bind_notices
 from cyborg.conductor import device_side
+from cyborg.conductor import limits as conductor_limits
 from cyborg.conductor import live_allocations
 from cyborg.conductor import metrics as conductor_metrics
 from cyborg.conductor import nova_client
@@ -52,6 +53,15 @@ Job = device_side.Job
 STALE = '[conductor] bind_timeout expired'
 
 
+def _projects(binds: list[dict[str, dict[str, Any]]]) -> set[str | None]:
+    """The projects binds name (``project_id``, 2.1). Those of the
+    requests they bind are known once read in the transaction: one whose
+    limits were not read before rolls it back, to be read and tried
+    again (``KeystoneLimits.write``); a project's next writes find its
+    limits kept."""
+    return {b.get('project_id') for patch in binds for b in patch.values()}
+
+
 class Binder:
     """Applies PATCHes and DELETEs, ends the binds their hosts finish
     (``device_side``) and reports them to Nova."""
@@ -62,11 +72,14 @@ class Binder:
                  notices: bind_notices.BindNotices,
                  nova: nova_client.NovaClient | None = None,
                  glance: glance_client.GlanceClient | None = None,
-                 allocations: live_allocations.LiveAllocations | None = None
+                 allocations: live_allocations.LiveAllocations | None = None,
+                 limits: conductor_limits.KeystoneLimits | None = None
                  ) -> None:
         """``executor`` runs what a PATCH or DELETE leaves to do once
-        committed; ``stop`` shuts it down."""
+        committed; ``stop`` shuts it down. ``limits``: the projects'
+        limits binds are held to (None: none)."""
         self.conf = conf
+        self.limits = limits
         # Without placement, live binds make no allocation.
         self.allocations = allocations or live_allocations.LiveAllocations(
             conf, None)
@@ -100,9 +113,12 @@ class Binder:
         find_bitstream = functools.cache(self._find_bitstream)
         [batch] = self.allocations.apply_patches(context, [
             arq_batches.Patch(binds, unbinds, live)], lambda todo: [
-                arq_bindings.apply_patch(context, binds, unbinds,
-                                         find_bitstream=find_bitstream,
-                                         live=live) for _ in todo])
+                conductor_limits.within(
+                    self.limits, lambda: _projects([binds]),
+                    lambda limits: arq_bindings.apply_patch(
+                        context, binds, unbinds,
+                        find_bitstream=find_bitstream, live=live,
+                        limits=limits)) for _ in todo])
         if isinstance(batch, exception.CyborgException):
             raise batch
         self.bind_durations.observe(batch.resolved, started)
@@ -122,8 +138,12 @@ class Binder:
         before = [self.notices.requests(context, p.unbinds) for p in patches]
         find_bitstream = functools.cache(self._find_bitstream)
         results = self.allocations.apply_patches(
-            context, patches, lambda todo: arq_batches.apply_patches(
-                context, todo, find_bitstream=find_bitstream))
+            context, patches, lambda todo: conductor_limits.within(
+                self.limits,
+                lambda: _projects([p.binds for p in todo]),
+                lambda limits: arq_batches.apply_patches(
+                    context, todo, find_bitstream=find_bitstream,
+                    limits=limits)))
         whole = self._after_many(context, results, before,
                                  self.notices.notifier.arq_unbind, started)
         self.bind_durations.observe(whole.resolved, started)

@@ -15,9 +15,11 @@ from cyborg.conductor import device_side
 from cyborg.conductor import heartbeats
 from cyborg.conductor import host_drivers
 from cyborg.conductor import layouts
+from cyborg.conductor import limits
 from cyborg.conductor import live_allocations
 from cyborg.conductor import placement_sync
 from cyborg.conductor import reports
+from cyborg.conductor import unbound_expiry
 from cyborg.conductor.endpoints import arqs
 from cyborg.conductor.endpoints import attach_handles
 from cyborg.conductor.endpoints import attributes
@@ -51,6 +53,8 @@ class ConductorManager:
         self.agent_api: Callable[[], agent_rpcapi.AgentAPI] = (
             functools.cache(functools.partial(agent_rpcapi.AgentAPI, conf))
             if agent_api is None else lambda: agent_api)
+        # Keystone's project limits, when [quota] switches them on.
+        self.limits = limits.from_conf(conf)
         # What binds, unbinds and deletes leave to do once committed.
         workers = futurist.ThreadPoolExecutor(
             max_workers=conf.conductor.bind_workers)
@@ -63,13 +67,25 @@ class ConductorManager:
                 conf, workers, self.agent_api, self.cleaner, notices),
             notices,
             allocations=None if placement is None else
-            live_allocations.LiveAllocations(conf, placement.client))
+            live_allocations.LiveAllocations(conf, placement.client),
+            limits=self.limits)
         self.layouts = layouts.DeviceLayouts(conf, self.agent_api,
                                              self.sync_placement)
         self.notifier = notifications.get_notifier(conf, 'cyborg-conductor')
+        self.expiry = unbound_expiry.UnboundExpiry(conf, self.notifier)
         self.heartbeats = heartbeats.HeartbeatBatch()
         self.reports = reports.UnchangedReports()
         self.host_drivers = host_drivers.HostDrivers(conf, self.agent_api)
+
+    def stop(self) -> None:
+        """Write the heartbeats taken and end their thread, which would
+        otherwise go on for ever; after the RPC server stopped, when no
+        heartbeat comes in any more.
+
+        Binds under way are not waited for: one may be retrying a
+        database that is away, and the process exits without it (the
+        events still owed to Nova are in the database)."""
+        self.heartbeats.stop()
 
     def sync_placement(self, hostname: str) -> int:
         """Publish the host's changes; the providers still pending."""
@@ -90,7 +106,7 @@ class ConductorManager:
             hosts.HostEndpoint(self.conf, self.reports, self.heartbeats,
                                self.notifier, self.sync_placement,
                                self.agent_api),
-            arqs.ArqEndpoint(self.binder, self.notifier),
+            arqs.ArqEndpoint(self.binder, self.notifier, self.limits),
             devices.DeviceEndpoint(self.layouts, self.notifier,
                                    self.sync_placement),
             attach_handles.AttachHandleEndpoint(self.cleaner),

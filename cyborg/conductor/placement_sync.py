@@ -33,7 +33,6 @@ from cyborg.common import exception
 from cyborg.conductor import hash_ring
 from cyborg.conductor import placement_client
 from cyborg.db.api import providers
-from cyborg.db.api import services
 
 LOG = logging.getLogger(__name__)
 
@@ -148,22 +147,17 @@ class PlacementSync:
 
     def my_hosts(self, context: cyborg_context.RequestContext
                  ) -> list[str]:
-        """The hosts this conductor reconciles: those a hash ring of the
-        live conductors (a heartbeat within ``service_down_time``) gives
-        it, so that each host is compared once per pass, not once per
-        conductor, and a stopped conductor's hosts go to the others at
-        their next pass after its heartbeat goes stale. This conductor
-        counts itself live (its first heartbeat may not be written yet):
-        a host may then be compared twice, never not at all."""
+        """The hosts this conductor reconciles: those the ring of the
+        live conductors gives it (``hash_ring.live_conductors``), so that
+        each host is compared once per pass, not once per conductor."""
         host = self.conf.host
-        live = {host, *services.alive_hosts(
-            context, 'cyborg-conductor', self.conf.service_down_time)}
-        ring = hash_ring.HashRing(live)
+        ring = hash_ring.live_conductors(context, self.conf)
         hostnames = providers.all_hostnames(context)
         mine = [hostname for hostname in hostnames
                 if ring.owner(hostname) == host]
         LOG.debug('Reconcile pass over %d of %d host(s); live conductors: '
-                  '%s.', len(mine), len(hostnames), ', '.join(sorted(live)))
+                  '%s.', len(mine), len(hostnames),
+                  ', '.join(ring.members))
         return mine
 
     @property

@@ -15,7 +15,8 @@ from cyborg.conductor import coalesce
 from cyborg.conductor import rpcapi
 
 Context = cyborg_context.RequestContext
-_Create = tuple[Context, str, str | None]
+# (context, profile name, project, all_projects, idempotency key)
+_Create = tuple[Context, str, str | None, bool, str | None]
 _Patch = tuple[Context, dict[str, dict[str, Any]], list[str], bool]
 _Delete = tuple[Context, list[str] | None, str | None, str | None]
 
@@ -33,7 +34,8 @@ class BatchedWrites:
     with the calls of this process's threads that wait joined.
 
     ``create_batch`` > 1: up to that many creates leave in one
-    ``arq_create_many`` (1.4); ``bind_batch`` > 1: up to that many PATCHes
+    ``arq_create_many`` (1.4, or 1.13 when one has an idempotency key);
+    ``bind_batch`` > 1: up to that many PATCHes
     in one ``arq_apply_patches`` and DELETEs in one ``arq_delete_many``
     (1.11). At 1, or under an ``[upgrade_levels] conductor`` cap below
     that version, each call goes on its own through ``api``. A call that
@@ -58,11 +60,15 @@ class BatchedWrites:
                                                bind_batch)
 
     def arq_create(self, context: Context, profile_name: str,
-                   project_id: str | None) -> list[dict[str, Any]]:
+                   project_id: str | None, all_projects: bool = False,
+                   idempotency_key: str | None = None
+                   ) -> list[dict[str, Any]]:
         """As ``ConductorAPI.arq_create``."""
         if self._creates is None:
-            return self.api.arq_create(context, profile_name, project_id)
-        return self._creates.submit((context, profile_name, project_id))
+            return self.api.arq_create(context, profile_name, project_id,
+                                       all_projects, idempotency_key)
+        return self._creates.submit((context, profile_name, project_id,
+                                     all_projects, idempotency_key))
 
     def arq_apply_patch(self, context: Context,
                         binds: dict[str, dict[str, Any]],
@@ -89,13 +95,21 @@ class BatchedWrites:
 
     def _send_creates(self, creates: list[_Create]
                       ) -> list[list[dict[str, Any]] | Exception]:
-        if len(creates) == 1:
-            return _each(self.api.arq_create, creates)
-        return self.api.arq_create_many(
-            cyborg_context.get_admin_context(),
-            [{'profile_name': profile_name, 'project_id': project_id,
-              'request_id': context.request_id}
-             for context, profile_name, project_id in creates])
+        if len(creates) > 1:
+            try:
+                return self.api.arq_create_many(
+                    cyborg_context.get_admin_context(),
+                    [{'profile_name': profile_name, 'project_id': project_id,
+                      'all_projects': all_projects,
+                      'request_id': context.request_id,
+                      # Only a create with a key carries one: a batch
+                      # without any goes to conductors before 1.13.
+                      **({} if key is None else {'idempotency_key': key})}
+                     for context, profile_name, project_id, all_projects,
+                     key in creates])
+            except rpcapi.OlderConductor:
+                pass
+        return _each(self.api.arq_create, creates)
 
     def _send_patches(self, patches: list[_Patch]) -> list[None | Exception]:
         if len(patches) > 1:

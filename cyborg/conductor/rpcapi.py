@@ -19,6 +19,17 @@ class OlderConductor(Exception):
     version, or a conductor refused the version before doing anything."""
 
 
+# What a create does for a conductor before 1.12 (see arq_create).
+_CREATE_AS_BEFORE = ('creating accelerator requests as before 1.12, with no '
+                     'regard for private device profiles')
+# What a create with an idempotency key gets from conductors before 1.13
+# (see arq_create): a conductor that dropped the key would create anew
+# what the client means to create once.
+_KEY_REFUSED = ('creates with an Idempotency-Key (microversion 2.11) are '
+                'refused until every cyborg-conductor takes RPC 1.13 and '
+                '[upgrade_levels] conductor allows it; nothing was created')
+
+
 def _unavailable(reason: str) -> exception.ServiceUnavailable:
     return exception.ServiceUnavailable(
         reason=f'no cyborg-conductor answered: {reason}; retry later.')
@@ -55,9 +66,18 @@ class ConductorAPI:
       that is not bound is refused.
     * 1.11 - ``arq_apply_patches`` and ``arq_delete_many``: the PATCHes
       and DELETEs of several HTTP requests, each answered on its own.
+    * 1.12 - Private device profiles: ``device_profile_create`` takes
+      ``is_public`` in its values; ``device_profile_set_public``,
+      ``device_profile_add_project``, ``device_profile_remove_project``;
+      ``arq_create`` takes ``all_projects`` and ``arq_create_many``'s
+      items carry it (without it, a caller sees only public profiles and
+      those of its project).
+    * 1.13 - ``arq_create`` takes ``idempotency_key`` and the items of
+      ``arq_create_many`` may carry it: a create repeated with its key
+      answers the requests the first made (``arqs.create_many``).
     """
 
-    RPC_API_VERSION = '1.11'
+    RPC_API_VERSION = '1.13'
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         self.conf = conf
@@ -153,7 +173,14 @@ class ConductorAPI:
 
     def device_profile_create(self, context: Context,
                               values: dict[str, Any]) -> dict[str, Any]:
-        return self._call(context, '1.1', 'device_profile_create',
+        """A private profile (``values['is_public']`` false) needs 1.12:
+        a conductor before it would make it public. Values without
+        ``is_public``, or with it true, go as 1.1 values."""
+        if values.get('is_public', True):
+            values = {k: v for k, v in values.items() if k != 'is_public'}
+            return self._call(context, '1.1', 'device_profile_create',
+                              values=values)
+        return self._call(context, '1.12', 'device_profile_create',
                           values=values)
 
     def device_profile_delete(self, context: Context, uuids: list[str],
@@ -162,25 +189,103 @@ class ConductorAPI:
         return self._call(context, '1.1', 'device_profile_delete',
                           uuids=uuids, names=names)
 
+    # Who may use a private profile (1.12): the profile is named by
+    # ``uuid`` or ``name``.
+
+    def device_profile_set_public(self, context: Context, is_public: bool,
+                                  uuid: str | None = None,
+                                  name: str | None = None
+                                  ) -> dict[str, Any]:
+        """Make a profile public or private; the profile after."""
+        return self._call(context, '1.12', 'device_profile_set_public',
+                          is_public=is_public, uuid=uuid, name=name)
+
+    def device_profile_add_project(self, context: Context, project_id: str,
+                                   uuid: str | None = None,
+                                   name: str | None = None) -> None:
+        """Add a project to a profile's access list (nothing if there)."""
+        self._call(context, '1.12', 'device_profile_add_project',
+                   project_id=project_id, uuid=uuid, name=name)
+
+    def device_profile_remove_project(self, context: Context,
+                                      project_id: str,
+                                      uuid: str | None = None,
+                                      name: str | None = None) -> None:
+        """Take a project out of a profile's access list;
+        DeviceProfileProjectNotFound when it is not in it."""
+        self._call(context, '1.12', 'device_profile_remove_project',
+                   project_id=project_id, uuid=uuid, name=name)
+
     # The API's writes on accelerator requests: one HTTP request per call,
     # or (1.4, 1.11) several in one call, each answered on its own (see
     # rpc_batching, which makes those batches).
 
     def arq_create(self, context: Context, profile_name: str,
-                   project_id: str | None) -> list[dict[str, Any]]:
-        """One accelerator request per accelerator the profile asks for."""
-        return self._call(context, '1.1', 'arq_create',
-                          profile_name=profile_name, project_id=project_id)
+                   project_id: str | None, all_projects: bool = False,
+                   idempotency_key: str | None = None
+                   ) -> list[dict[str, Any]]:
+        """One accelerator request per accelerator the profile asks for.
+
+        ``all_projects``: the caller may use every private profile, not
+        only those of ``project_id`` (1.12). Under an ``[upgrade_levels]
+        conductor`` cap below 1.12, or when a conductor refuses 1.12
+        (logged), the call goes as 1.1, which conductors of 1.12 answer as
+        for a caller of ``project_id`` alone, and those before it as they
+        always did: the cap also refuses making a profile private, and
+        the upgrade notes say to make none private before every conductor
+        takes 1.12.
+
+        ``idempotency_key`` (1.13): the requests an earlier create of the
+        project made with the key, if any (``arqs.create_many``). A create
+        with a key goes to no conductor that would drop the key and
+        create again what the client means to create once: under a cap
+        below 1.13, or when a conductor refuses 1.13, it is refused
+        (ServiceUnavailable), nothing created.
+        """
+        if idempotency_key is not None:
+            try:
+                return self._call_newer(
+                    context, '1.13', 'arq_create', _KEY_REFUSED,
+                    profile_name=profile_name, project_id=project_id,
+                    all_projects=all_projects,
+                    idempotency_key=idempotency_key)
+            except OlderConductor:
+                raise exception.ServiceUnavailable(
+                    reason=_KEY_REFUSED) from None
+        try:
+            return self._call_newer(
+                context, '1.12', 'arq_create', _CREATE_AS_BEFORE,
+                profile_name=profile_name, project_id=project_id,
+                all_projects=all_projects)
+        except OlderConductor:
+            return self._call(context, '1.1', 'arq_create',
+                              profile_name=profile_name,
+                              project_id=project_id)
 
     def arq_create_many(self, context: Context,
                         requests: list[dict[str, Any]]
                         ) -> list[list[dict[str, Any]] | Exception]:
         """``arq_create`` for several HTTP requests (1.4): each of
-        ``requests`` is ``{"profile_name", "project_id", "request_id"}``.
-        One result per request, in order: its requests, or the
+        ``requests`` is ``{"profile_name", "project_id", "request_id"}``,
+        and ``"all_projects"`` (1.12; dropped where ``arq_create`` drops
+        it), and ``"idempotency_key"`` when it has one (1.13; when
+        conductors do not take 1.13, OlderConductor, logged, and the
+        caller sends each request on its own, see ``arq_create``). One
+        result per request, in order: its requests, or the
         CyborgException that refused it alone."""
-        answers = self._call(context, '1.4', 'arq_create_many',
-                             requests=requests)
+        if any('idempotency_key' in r for r in requests):
+            answers = self._call_newer(context, '1.13', 'arq_create_many',
+                                       _KEY_REFUSED, requests=requests)
+        else:
+            try:
+                answers = self._call_newer(
+                    context, '1.12', 'arq_create_many', _CREATE_AS_BEFORE,
+                    requests=requests)
+            except OlderConductor:
+                answers = self._call(
+                    context, '1.4', 'arq_create_many', requests=[
+                        {k: v for k, v in r.items() if k != 'all_projects'}
+                        for r in requests])
         return [answer['arqs'] if 'arqs' in answer
                 else _rebuild(answer['error']) for answer in answers]
 

@@ -14,6 +14,7 @@ from cyborg.conductor import layouts
 from cyborg.conductor import manager
 from cyborg.conductor import metrics as conductor_metrics
 from cyborg.conductor import placement_sync
+from cyborg.conductor import unbound_expiry
 from cyborg.db.api import services
 
 # Seconds between two looks for binds whose conductor stopped.
@@ -52,7 +53,7 @@ class ConductorService(rpc_service.RPCService):
     def stop(self) -> None:
         super().stop()
         # After the RPC server: no heartbeat comes in any more.
-        self.conductor.heartbeats.stop()
+        self.conductor.stop()
         if self.metrics is not None:
             self.metrics.stop()
         if self.probe is not None:
@@ -87,6 +88,11 @@ def build(conf: cfg.ConfigOpts) -> ConductorService:
              rpc_service.PeriodicTask('conductor-layouts',
                                       conductor.layouts.redrive,
                                       layouts.REDRIVE_INTERVAL)]
+    if conf.conductor.unbound_request_ttl:
+        # Every conductor runs it; the one the ring gives it deletes.
+        tasks.append(rpc_service.PeriodicTask(
+            'conductor-unbound-expiry', conductor.expiry.sweep,
+            unbound_expiry.INTERVAL))
     if conductor.placement is not None:
         tasks.append(rpc_service.PeriodicTask(
             'placement-sync', functools.partial(
@@ -100,9 +106,13 @@ def build(conf: cfg.ConfigOpts) -> ConductorService:
             tasks.append(rpc_service.PeriodicTask(
                 'placement-reconcile', conductor.placement.reconcile,
                 conf.placement.reconcile_interval))
+    # Keystone down, creates and binds are refused (503) while the rest
+    # works: a warning, not a failure that would take the conductor out.
     health = probes.Health('cyborg-conductor', tasks,
                            needs=(outages.DATABASE, outages.BUS),
-                           wants=(outages.PEER,))
+                           wants=(outages.PEER,) + (
+                               (outages.KEYSTONE,) if conductor.limits
+                               else ()))
     metrics = (conductor_metrics.ConductorMetrics(
         conf, conductor.binder.bind_durations, conductor.heartbeats,
         conductor.placement, health)

@@ -1,4 +1,5 @@
-"""Options of the [conductor] group: binding accelerator requests."""
+"""Options of the [conductor] group: binding accelerator requests, and
+expiring those never bound."""
 from oslo_config import cfg
 
 from cyborg.conf import groups
@@ -23,6 +24,28 @@ conductor_opts = [
         min=1,
         help='Threads of a conductor that run binds needing the agent, and '
              'send events to Nova.'),
+    cfg.IntOpt(
+        'unbound_request_ttl',
+        default=3600,
+        min=0,
+        help='Seconds an accelerator request may stay Initial (created, '
+             'never bound to an instance) before a conductor deletes it; '
+             '0 keeps such requests for ever. Nova creates an instance\'s '
+             'requests and binds them in the same nova-conductor call, '
+             'seconds apart, and deletes those of a bind that failed; a '
+             'request still unbound after an hour was abandoned (a client '
+             'that went away, a nova-conductor that stopped between the '
+             'create and the bind), and would otherwise be kept, and '
+             'counted against its project\'s accelerator_requests limit, '
+             'for ever. An hour leaves an API user who creates requests to '
+             'attach them to a running server (microversion 2.9) time to '
+             'bind them by hand. One conductor at a time looks for such '
+             'requests, every minute, so one is deleted at most a minute '
+             'or so after this many seconds; each deletion sends '
+             'accelerator.arq.delete with reason "expired". It is also '
+             'how long a create\'s Idempotency-Key (microversion 2.11) '
+             'answers with the requests it made; with 0, for as long as '
+             'they exist.'),
     cfg.PortOpt(
         'metrics_port',
         default=0,
@@ -68,7 +91,8 @@ conductor_opts = [
 GROUP = groups.Group(
     'conductor',
     title='Conductor options',
-    help='How cyborg-conductor binds accelerator requests.',
+    help='How cyborg-conductor binds accelerator requests, and how long '
+         'it keeps those never bound.',
     opts=conductor_opts)
 
 register_opts = GROUP.register_opts

@@ -289,6 +289,24 @@ class DeviceProfile(Base):
     name: orm.Mapped[str] = orm.mapped_column(sa.String(255), unique=True)
     groups: orm.Mapped[str] = orm.mapped_column(sa.Text)
     description: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
+    # False: only the projects of device_profile_projects may see and use
+    # it (and whoever sees every project).
+    is_public: orm.Mapped[bool] = orm.mapped_column(
+        sa.Boolean, default=True, server_default=sa.true())
+
+
+class DeviceProfileProject(Base):
+    """A project allowed a private device profile."""
+
+    __tablename__ = 'device_profile_projects'
+    __table_args__ = (
+        sa.UniqueConstraint('device_profile_id', 'project_id'),
+        sa.Index(None, 'project_id'),
+    )
+
+    device_profile_id: orm.Mapped[int] = orm.mapped_column(
+        sa.ForeignKey('device_profiles.id', ondelete='CASCADE'))
+    project_id: orm.Mapped[str] = orm.mapped_column(sa.String(255))
 
 
 class AcceleratorRequest(Base):
@@ -303,6 +321,7 @@ class AcceleratorRequest(Base):
         sa.Index(None, 'instance_uuid'),
         sa.Index(None, 'project_id'),
         sa.Index(None, 'state'),
+        sa.Index(None, 'project_id', 'idempotency_key'),
     )
 
     uuid: orm.Mapped[str] = orm.mapped_column(sa.String(36), unique=True)
@@ -323,6 +342,26 @@ class AcceleratorRequest(Base):
         sa.ForeignKey('attach_handles.id', ondelete='RESTRICT'))
     deployable_id: orm.Mapped[int | None] = orm.mapped_column(
         sa.ForeignKey('deployables.id', ondelete='RESTRICT'))
+    # The class of the accelerator asked for, from the group's
+    # ``resources:<class>``: what a project's ``class:<class>`` limit
+    # counts once the request holds a device.
+    resource_class: orm.Mapped[str | None] = orm.mapped_column(
+        sa.String(255))
+    # The client's key of the create that made it (microversion 2.11): a
+    # create repeated with it answers these requests again.
+    idempotency_key: orm.Mapped[str | None] = orm.mapped_column(
+        sa.String(255))
+
+
+class ProjectLock(Base):
+    """A project whose writes are limited: each such write locks the row
+    first, so that two of one project run one after the other and
+    neither counts before the other has written."""
+
+    __tablename__ = 'project_locks'
+
+    project_id: orm.Mapped[str] = orm.mapped_column(
+        sa.String(255), unique=True)
 
 
 class InstanceClaim(Base):

@@ -1,5 +1,6 @@
 """The operators' calls of the accelerator API, at microversion 2.5
-(2.6 for device health, 2.7 for the capacity view)."""
+(2.6 for device health, 2.7 for the capacity view, 2.8 for the device
+lifecycle, 2.10 for private device profiles)."""
 import urllib.parse
 from typing import Any
 
@@ -15,6 +16,8 @@ CAPACITY_MICROVERSION = '2.7'
 # The device lifecycle: attach handles and their cleaning, layouts, drivers
 # per host.
 LIFECYCLE_MICROVERSION = '2.8'
+# Private device profiles: is_public and the projects of a profile.
+PRIVATE_PROFILES_MICROVERSION = '2.10'
 
 
 class Client:
@@ -46,7 +49,8 @@ class Client:
         except sdk_exceptions.HttpException as exc:
             raise exceptions.CommandError(
                 f'{exc.status_code}: {exc.details}') from None
-        return response.json()
+        # A 204 has no body.
+        return response.json() if response.content else None
 
     def services(self, binary: str | None = None, host: str | None = None,
                  limit: int | None = None, marker: int | None = None
@@ -176,6 +180,50 @@ class Client:
             'POST', f'/attach_handles/{urllib.parse.quote(uuid, safe="")}'
                     f'/{action}', microversion=LIFECYCLE_MICROVERSION)
         return handle
+
+
+    def device_profile(self, profile: str) -> dict[str, Any]:
+        """The profile of a name or uuid, with ``is_public`` (2.10)."""
+        found: dict[str, Any] = self._call(
+            'GET', _profile_path(profile),
+            microversion=PRIVATE_PROFILES_MICROVERSION)['device_profile']
+        return found
+
+    def device_profile_projects(self, profile: str) -> list[str]:
+        """The projects of the profile's access list (2.10)."""
+        found: list[str] = self._call(
+            'GET', f'{_profile_path(profile)}/projects',
+            microversion=PRIVATE_PROFILES_MICROVERSION)['projects']
+        return found
+
+    def set_device_profile_public(self, profile: str, is_public: bool
+                                  ) -> dict[str, Any]:
+        """Make the profile public or private (2.10); the profile."""
+        changed: dict[str, Any] = self._call(
+            'PATCH', _profile_path(profile),
+            microversion=PRIVATE_PROFILES_MICROVERSION,
+            json=[{'op': 'replace', 'path': '/is_public',
+                   'value': is_public}])
+        return changed
+
+    def add_device_profile_project(self, profile: str,
+                                   project: str) -> None:
+        self._call('PUT', _project_path(profile, project),
+                   microversion=PRIVATE_PROFILES_MICROVERSION)
+
+    def remove_device_profile_project(self, profile: str,
+                                      project: str) -> None:
+        self._call('DELETE', _project_path(profile, project),
+                   microversion=PRIVATE_PROFILES_MICROVERSION)
+
+
+def _profile_path(profile: str) -> str:
+    return f'/device_profiles/{urllib.parse.quote(profile, safe="")}'
+
+
+def _project_path(profile: str, project: str) -> str:
+    return (f'{_profile_path(profile)}/projects/'
+            f'{urllib.parse.quote(project, safe="")}')
 
 
 def _host_path(host: str) -> str:

@@ -34,7 +34,7 @@ def client_of(app: Any) -> client.Client:
 def build_option_parser(parser: argparse.ArgumentParser
                         ) -> argparse.ArgumentParser:
     """No global options: each command sends the microversion it needs
-    (2.5, 2.6 for device health, or 2.7 for the capacity view)."""
+    (2.5, or the later one of its resource; see ``client``)."""
     return parser
 
 

@@ -11,6 +11,8 @@ so does a Python package of test-requirements.txt that is not installed
 import contextlib
 import importlib.util
 import os
+import socket
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -62,7 +64,9 @@ def pytest_configure(config) -> None:
 #     ``tox -e nova -- -m nova_reduced``, not part of the suite.
 #   image: building the container image takes minutes (a base made from
 #     Debian's packages, the dependencies from the index): tox -e images.
-OPT_IN_MARKERS = ('nova', 'image')
+#   dashboard: Horizon and a headless Chromium, which need the
+#     ``dashboard`` extra and Debian's chromium: tox -e dashboard.
+OPT_IN_MARKERS = ('nova', 'image', 'dashboard')
 
 
 def pytest_collection_modifyitems(config, items) -> None:
@@ -167,6 +171,48 @@ def _fresh_handle_search() -> Iterator[None]:
     handle a bind takes depend on the order the tests ran in."""
     attach_handles._search_from.clear()
     yield
+
+
+@pytest.fixture(autouse=True)
+def _no_default_socket_timeout() -> Iterator[None]:
+    """A process-wide ``socket.setdefaulttimeout()`` reaches every socket
+    made after it, the test relays' listeners included: Horizon's test
+    settings set 1 s at import, each relay stopped accepting after its
+    first idle second, and the next database connection through it
+    waited for ever (the suite hung). Checked before each test (an import
+    set it) and after (the test did)."""
+    assert socket.getdefaulttimeout() is None, (
+        'socket.getdefaulttimeout() is %r: an import during collection or '
+        'an earlier test set it' % socket.getdefaulttimeout())
+    yield
+    assert socket.getdefaulttimeout() is None, (
+        'the test left socket.setdefaulttimeout(%r) set'
+        % socket.getdefaulttimeout())
+
+
+# Seconds a stopped writer may take to end: its last flush.
+HEARTBEAT_WRITER_GRACE = 5
+
+
+@pytest.fixture(autouse=True)
+def _no_heartbeat_writer_left() -> Iterator[None]:
+    """A conductor manager a test made and did not stop keeps writing the
+    heartbeats it took, every second, into whatever database this process
+    uses next: another test's. One did, and a later test's conductor
+    reported an agent of the earlier test as down."""
+    before = set(_heartbeat_writers())
+    yield
+    left = [t for t in _heartbeat_writers() if t not in before]
+    for thread in left:
+        thread.join(HEARTBEAT_WRITER_GRACE)
+    left = [t for t in left if t.is_alive()]
+    assert not left, ('the test left a conductor manager\'s heartbeat '
+                      'writer running: call its stop()')
+
+
+def _heartbeat_writers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate()
+            if t.name == 'heartbeat-batch' and t.is_alive()]
 
 
 @pytest.fixture(params=BACKENDS)

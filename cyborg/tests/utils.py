@@ -1,5 +1,6 @@
 """Helpers shared by tests."""
 import contextlib
+import fcntl
 import os
 import shutil
 import socket
@@ -178,3 +179,15 @@ class InProcess:
                 if hasattr(endpoint, name):
                     return getattr(endpoint, name)
         return getattr(self.parts, name)
+
+
+@contextlib.contextmanager
+def file_lock(path: str) -> Iterator[None]:
+    """An exclusive lock of the file at ``path`` (made when missing), held
+    for the block: pytest workers, each a process, take turns."""
+    with open(path, 'a') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

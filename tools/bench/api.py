@@ -25,15 +25,25 @@ measures requests traced through every process (see
 under uwsgi (a test requirement), instead of the ``cyborg-api`` command.
 With N below ``--min-requests`` the cycle runs in rounds of N until each
 phase has measured that many requests.
+
+``--limits`` runs a Keystone too (its database on the MariaDB of
+CYBORG_TEST_MYSQL_URL) with
+registered limits far above N, and the conductors with ``[quota] driver
+= unified_limits`` reading them: what project limits cost, compared with
+a run without it. Keystone's own CPU is not counted (a conductor asks it
+a few times every ``[quota] cache_seconds``).
 """
 import argparse
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import glob
 import http.client
 import json
 import os
+import pathlib
+import shutil
 import signal
 import socket
 import statistics
@@ -57,6 +67,9 @@ from cyborg.db import migration
 from cyborg.db.api import inventory
 from cyborg.tests import utils
 from cyborg.tests.harness import bind_load
+from cyborg.tests.harness import gate_stack
+from cyborg.tests.nova_stack import backing
+from cyborg.tests.nova_stack import keystone as keystone_lib
 
 HEADERS = {'X-Auth-Token': 'admin', 'X-Service-Roles': 'service',
            'Content-Type': 'application/json'}
@@ -558,6 +571,35 @@ def service_options(parser: argparse.ArgumentParser,
                              'repeat for more')
 
 
+# ``--limits``: every project's limits, far above any run's requests.
+REGISTERED_LIMITS = {'accelerator_requests': 2 ** 31 - 1,
+                     'class:FPGA': 2 ** 31 - 1}
+
+
+@contextlib.contextmanager
+def keystone_limits() -> Iterator[list[tuple[str, str, str]]]:
+    """A Keystone with cyborg's service and REGISTERED_LIMITS; the
+    options of conductors reading them."""
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix='cyborg-bench-ks-'))
+    database = backing.Database(backing.MYSQL_URL, 'keystone_bench')
+    database.create()
+    stack = keystone_lib.KeystoneStack(workdir, '', '', '', '')
+    keystone = keystone_lib.Keystone(stack, database.url)
+    try:
+        keystone.setup()
+        keystone.process().start()
+        gate_stack.wait_for(keystone.up, 'keystone', 60)
+        keystone.register('http://127.0.0.1:9/v2')
+        keystone.register_limits(REGISTERED_LIMITS)
+        yield [(group, name, value) for group, values in
+               keystone.limits_reader('cyborg').items()
+               for name, value in values.items()]
+    finally:
+        stack.stop_all()
+        database.drop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('-n', type=int, nargs='+', default=[100, 1000])
@@ -585,6 +627,9 @@ def main() -> int:
     parser.add_argument('--trace-key', metavar='KEY',
                         help='sign every request\'s trace headers with KEY '
                              '(one trace for the whole run)')
+    parser.add_argument('--limits', action='store_true',
+                        help='conductors enforcing project limits read from '
+                             'a Keystone the benchmark runs')
     args = parser.parse_args()
     if args.trace_key:
         from osprofiler import profiler
@@ -594,13 +639,19 @@ def main() -> int:
         HEADERS.update(web.get_trace_id_headers())
         profiler.clean()
     runs = []
-    for n in args.n:
-        # A virtual host of its own: another run's conductors would take
-        # this run's messages otherwise.
-        with utils.virtual_host(args.transport_url, 'cyborg-bench') as url:
-            runs.append(run(n, args.clients, args.workers, args.conductors,
-                            args.warmup, args.db_server, url, args.option,
-                            args.server, args.min_requests))
+    with contextlib.ExitStack() as limits:
+        options = args.option
+        if args.limits:
+            options = limits.enter_context(keystone_limits()) + options
+        for n in args.n:
+            # A virtual host of its own: another run's conductors would
+            # take this run's messages otherwise.
+            with utils.virtual_host(args.transport_url,
+                                    'cyborg-bench') as url:
+                runs.append(run(n, args.clients, args.workers,
+                                args.conductors, args.warmup,
+                                args.db_server, url, options, args.server,
+                                args.min_requests))
     if args.json:
         write_json(args.json, 'api', runs)
     return 0

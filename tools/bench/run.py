@@ -32,9 +32,9 @@ from cyborg.db import migration
 from cyborg.db.api import inventory
 
 # The other benchmarks of this directory, each a module with a main().
-OTHERS = ('api', 'bind', 'discovery', 'health', 'health_latency',
-          'hosts', 'layout', 'placement', 'rabbit_cluster', 'serialize',
-          'vgpu')
+OTHERS = ('api', 'bind', 'discovery', 'expiry', 'health', 'health_latency',
+          'hosts', 'layout', 'limits', 'placement', 'rabbit_cluster',
+          'serialize', 'vgpu')
 
 
 def _report(conf: cfg.ConfigOpts, count: int, host: str) -> dict:

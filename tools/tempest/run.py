@@ -3,7 +3,9 @@
 Starts, each as a process of its own: a Keystone (fernet tokens, under
 waitress), openstack-placement, cyborg-api validating tokens with
 keystonemiddleware against that Keystone and enforcing the new policy
-defaults and scope, a cyborg-conductor and a cyborg-agent with the fake
+defaults and scope, a cyborg-conductor enforcing project limits read
+from that Keystone (``[quota] driver = unified_limits``, registered
+limits far above what tempest makes) and a cyborg-agent with the fake
 driver, on fresh MariaDB databases (one for Keystone, one for cyborg)
 and a RabbitMQ virtual host. Then it
 writes a tempest workspace whose tempest.conf points at the Keystone,
@@ -43,6 +45,10 @@ from cyborg.tests.nova_stack.keystone import Keystone  # noqa: E402
 # Tests left out of the run, each with the reason. The API tests need no
 # Nova; none is excluded at present.
 EXCLUDED: dict[str, str] = {}
+# Every project's limits (registered limits): far above what tempest's
+# tests make, so that only the tenancy probes' own project, with limits
+# of its own, meets one.
+REGISTERED_LIMITS = {'accelerator_requests': 1000, 'class:FPGA': 1000}
 
 
 def log(message: str) -> None:
@@ -161,9 +167,11 @@ def main() -> int:
         stack.add_placement().start()
         gate_stack.wait_for(keystone.up, 'keystone', 60)
         keystone.register(stack.api_url)
+        keystone.register_limits(REGISTERED_LIMITS)
         gate_stack.wait_for(stack.placement_up, 'placement', 60)
         stack.add_keystone_api(keystone)
-        stack.add_conductor('conductor-1')
+        stack.add_conductor('conductor-1',
+                            extra=keystone.limits_reader('cyborg'))
         stack.add_agent('agent-1', 'tempest-compute-1', devices=2,
                         accelerators=2)
         stack.start('api', 'conductor-1', 'agent-1')

@@ -8,7 +8,11 @@ project ``service``, whose token goes as ``X-Service-Token`` the way Nova
 sends it. Project B must get for project A's requests and instance what
 it gets for ones that do not exist, except that Nova acts for its
 instances: a call by instance with a valid service token reaches every
-project's requests of that instance.
+project's requests of that instance. A device profile private to project
+A (microversion 2.10) is seen and used by A alone until the administrator
+adds B to its access list; to B it is a profile that does not exist. A
+third project with limits of its own in Keystone meets them (the
+conductor reads the limits there).
 
 The stack is named by CYBORG_TENANCY_KEYSTONE (Keystone's URL),
 CYBORG_TENANCY_API (cyborg-api's ``/v2`` URL) and
@@ -37,6 +41,7 @@ pytestmark = pytest.mark.skipif(
 
 TIMEOUT = 30
 PAGINATION = {'OpenStack-API-Version': 'accelerator 2.4'}
+PRIVATE_PROFILES = {'OpenStack-API-Version': 'accelerator 2.10'}
 
 
 def _token(user: str, password: str, project: str) -> str:
@@ -126,6 +131,8 @@ class World:
                 identity.user_token,
                 ['service', f'tenancy-a-{suffix}', f'tenancy-b-{suffix}'],
                 ['service', 'member', 'member'])
+        self.a_project, self.b_project = (
+            identity.project(f'tenancy-{p}-{suffix}') for p in 'ab')
         self.admin = Caller(identity.token, service)
         self.a = Caller(a_token, service)
         self.b = Caller(b_token, service)
@@ -265,3 +272,120 @@ def test_the_owner_deletes_by_instance(world):
             204)
     world.b('GET', f'/accelerator_requests/{world.b_arq}', 404)
     assert world.state(world.b, world.b_spare) == 'Initial'
+
+
+# -- a device profile private to project A (2.10) ---------------------------
+
+class Private:
+    """A profile private to project A, and the requests made from it."""
+
+    def __init__(self, world: World) -> None:
+        self.name = f'{world.profile}-private'
+        self.uuid = world.admin(
+            'POST', '/device_profiles', 201, headers=PRIVATE_PROFILES,
+            json=[{'name': self.name, 'is_public': False,
+                   'groups': [{'resources:FPGA': '1'}]}]).json()['uuid']
+        world.admin('PUT', f'/device_profiles/{self.uuid}/projects/'
+                           f'{world.a_project}', 204,
+                    headers=PRIVATE_PROFILES)
+        self.arqs: list[str] = []
+
+    def create(self, caller: Caller, status: int = 201
+               ) -> requests.Response:
+        response = caller('POST', '/accelerator_requests', status,
+                          json={'device_profile_name': self.name})
+        if status == 201:
+            self.arqs += [a['uuid'] for a in response.json()['arqs']]
+        return response
+
+    def names(self, caller: Caller) -> list[str]:
+        return [d['name'] for d in caller(
+            'GET', f'/device_profiles?name={self.name}', 200,
+            headers=PRIVATE_PROFILES).json()['device_profiles']]
+
+
+@pytest.fixture(scope='module')
+def private(world: World) -> Iterator[Private]:
+    made = Private(world)
+    yield made
+    if made.arqs:
+        world.admin('DELETE', '/accelerator_requests?arqs='
+                              + ','.join(made.arqs), 204)
+    world.admin('DELETE', f'/device_profiles/{made.uuid}', 204)
+
+
+def test_a_private_profile_is_its_projects_alone(world, private):
+    assert world.admin('GET', f'/device_profiles/{private.uuid}/projects',
+                       200, headers=PRIVATE_PROFILES).json() == {
+        'projects': [world.a_project]}
+    assert private.names(world.a) == [private.name]
+    for ref in (private.uuid, private.name):
+        shown = world.a('GET', f'/device_profiles/{ref}', 200,
+                        headers=PRIVATE_PROFILES).json()['device_profile']
+        assert (shown['uuid'], shown['is_public']) == (private.uuid, False)
+    # To B, with or without Nova's service token, it does not exist.
+    missing = {private.uuid: str(uuid.uuid4()),
+               private.name: f'{private.name}-missing'}
+    for caller in (world.b, world.b_alone):
+        assert private.names(caller) == []
+        for ref, other in missing.items():
+            hidden = fault(caller('GET', f'/device_profiles/{ref}', 404,
+                                  headers=PRIVATE_PROFILES))
+            absent = fault(caller('GET', f'/device_profiles/{other}', 404,
+                                  headers=PRIVATE_PROFILES))
+            assert hidden == absent.replace(other, ref)
+
+
+def test_only_its_projects_create_requests_from_it(world, private):
+    [arq] = private.create(world.a).json()['arqs']
+    assert arq['device_profile_name'] == private.name
+    refused = fault(private.create(world.b, 404))
+    unknown = fault(world.b('POST', '/accelerator_requests', 404, json={
+        'device_profile_name': f'{private.name}-missing'}))
+    assert refused == unknown.replace(f'{private.name}-missing',
+                                      private.name)
+
+
+def test_a_project_added_by_the_administrator_may_use_it(world, private):
+    path = f'/device_profiles/{private.uuid}/projects/{world.b_project}'
+    world.admin('PUT', path, 204, headers=PRIVATE_PROFILES)
+    assert private.names(world.b) == [private.name]
+    private.create(world.b)
+    world.admin('DELETE', path, 204, headers=PRIVATE_PROFILES)
+    assert private.names(world.b) == []
+    private.create(world.b, 404)
+
+
+def test_a_projects_own_limits_refuse_what_goes_over(world):
+    """A new project whose own limits in Keystone are one request and no
+    FPGA: its second create is a 403 naming the limit, and so is the
+    bind of its one request; the registered limits are far above."""
+    identity = Identity()
+    [service] = identity.call('GET', '/services', params={
+        'type': 'accelerator'})['services']
+    if not identity.call('GET', '/registered_limits', params={
+            'service_id': service['id']})['registered_limits']:
+        pytest.skip('no limits are registered for the accelerator service')
+    name = f'tenancy-limits-{uuid.uuid4().hex[:8]}'
+    project = identity.project(name)
+    identity.call('POST', '/limits', json={'limits': [
+        {'service_id': service['id'], 'region_id': keystone.REGION,
+         'project_id': project, 'resource_name': resource,
+         'resource_limit': value}
+        for resource, value in (('accelerator_requests', 1),
+                                ('class:FPGA', 0))]})
+    caller = Caller(identity.user_token(name, 'member'),
+                    world.a.headers['X-Service-Token'])
+    arq = world.create(caller)
+    try:
+        over = fault(caller('POST', '/accelerator_requests', 403, json={
+            'device_profile_name': world.profile}))
+        assert over == (f'Project {project} is over its limit of 1 for '
+                        'accelerator_requests: it holds 1 and this request '
+                        'makes 1.')
+        over = fault(world.bind(caller, [arq], str(uuid.uuid4()), 403))
+        assert over == (f'Project {project} is over its limit of 0 for '
+                        'class:FPGA: it holds 0 and this request binds 1.')
+        assert world.state(caller, arq) == 'Initial'
+    finally:
+        caller('DELETE', f'/accelerator_requests/{arq}', 204)

@@ -237,12 +237,14 @@ class Page:
     """``limit`` and ``marker`` of a list request (microversion 2.4+).
 
     ``marker`` is the uuid of the last item seen or, for items without a
-    uuid, its integer id in ``id_column``.
+    uuid, its integer id in ``id_column``. A list of groups (capacity)
+    names its ``key`` instead: the marker is that key's value of the last
+    item, any text, and the page starts after it in the list's order.
     """
 
     def __init__(self, limit: str | None, marker: str | None,
-                 id_column: Any = None) -> None:
-        self.key = 'uuid' if id_column is None else 'id'
+                 id_column: Any = None, key: str | None = None) -> None:
+        self.key = key or ('uuid' if id_column is None else 'id')
         self.limit: int | None = None
         self.marker: str | int | None = None
         if limit is None and marker is None:
@@ -256,7 +258,9 @@ class Page:
                     reason=f'limit must be a positive integer, not '
                            f'{schemas.shown(limit)}.')
             self.limit = min(self.limit, conf().api.max_limit)
-        if marker is not None and id_column is not None:
+        if marker is not None and key is not None:
+            self.marker = marker
+        elif marker is not None and id_column is not None:
             self.marker = id_param(marker, 'marker', id_column)
         elif marker is not None:
             self.marker = schemas.check_uuid(marker, 'marker')

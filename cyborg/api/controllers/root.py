@@ -41,7 +41,12 @@ ROUTES: dict[str, tuple[str, V | None]] = {
     # As openstacksdk sends it, the uuid twice.
     '/v2/deployables/{uuid}/program/{again}': ('PATCH', V.INITIAL),
     '/v2/device_profiles': ('GET POST DELETE', V.INITIAL),
-    '/v2/device_profiles/{uuid_or_name}': ('GET DELETE', V.INITIAL),
+    # PATCH from 2.10 (a 406 below it, as for a name below 2.2).
+    '/v2/device_profiles/{uuid_or_name}': ('GET PATCH DELETE', V.INITIAL),
+    '/v2/device_profiles/{uuid_or_name}/projects': (
+        'GET', V.PRIVATE_PROFILES),
+    '/v2/device_profiles/{uuid_or_name}/projects/{project_id}': (
+        'PUT DELETE', V.PRIVATE_PROFILES),
     '/v2/devices': ('GET', V.INITIAL),
     '/v2/devices/{uuid}': ('GET', V.INITIAL),
     '/v2/devices/{uuid}/disable': ('POST', V.INITIAL),

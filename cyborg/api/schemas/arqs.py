@@ -1,4 +1,6 @@
-"""Validation of accelerator-request bodies: create and the bind PATCH."""
+"""Validation of accelerator-request bodies: create and the bind PATCH;
+and of a create's Idempotency-Key header."""
+import re
 from typing import Any
 
 from cyborg.api import schemas
@@ -58,6 +60,36 @@ def validate_create(body: Any, strict: bool) -> str:
         raise schemas.legacy_error(
             'An accelerator request needs "device_profile_name".', strict)
     return body['device_profile_name']
+
+
+IDEMPOTENCY_KEY = 'Idempotency-Key'
+KEY_MAX = schemas.column(ARQ.idempotency_key)['maxLength']
+# draft-ietf-httpapi-idempotency-key-header, section 2: the value is a
+# Structured Field String (RFC 8941, section 3.3.3), in double quotes with
+# \" and \\ escaped; a key sent bare, as many clients send theirs, is
+# taken as it is, unless it starts with a double quote (a quoted string
+# gone wrong).
+_SF_STRING = re.compile(r'"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"')
+_PRINTABLE = re.compile(r'[\x20-\x7e]+')
+
+
+def idempotency_key(value: str | None) -> str | None:
+    """The key of a create's ``Idempotency-Key`` header (None without
+    one): 1 to KEY_MAX printable ASCII characters, bare or quoted; Invalid
+    otherwise."""
+    if value is None:
+        return None
+    key: str | None = value.strip(' \t')
+    if key and key[0] == '"':
+        quoted = _SF_STRING.fullmatch(key)
+        key = re.sub(r'\\(.)', r'\1', quoted.group(1)) if quoted else None
+    if not (key and len(key) <= KEY_MAX and _PRINTABLE.fullmatch(key)):
+        raise exception.Invalid(
+            reason=f'The {IDEMPOTENCY_KEY} header must be 1 to {KEY_MAX} '
+                   'printable ASCII characters, bare or as a quoted string '
+                   '(draft-ietf-httpapi-idempotency-key-header); a UUID '
+                   f'makes a good key. Got {schemas.shown(value)}.')
+    return key
 
 
 def _bind_values(uuid: str, ops: list[dict[str, Any]]) -> dict[str, Any]:

@@ -49,6 +49,35 @@ PROFILE_SCHEMA: dict[str, Any] = {
     },
     'additionalProperties': False,
 }
+# From microversion 2.10: whether every project may use the profile.
+PRIVATE_PROFILE_SCHEMA: dict[str, Any] = dict(PROFILE_SCHEMA, properties={
+    **PROFILE_SCHEMA['properties'], 'is_public': {'type': 'boolean'}})
+
+# PATCH /device_profiles/{uuid_or_name}: a JSON patch (RFC 6902) of the
+# one field that changes for now.
+PATCH_SCHEMA: dict[str, Any] = {
+    'type': 'array',
+    'minItems': 1,
+    'maxItems': 1,
+    'items': {
+        'type': 'object',
+        'properties': {
+            'op': {'enum': ['replace']},
+            'path': {'enum': ['/is_public']},
+            # Checked once the path is known: a value that does not fit
+            # another path is no news to its sender.
+            'value': {},
+        },
+        'required': ['op', 'path', 'value'],
+        'additionalProperties': False,
+    },
+}
+PATCH_EXAMPLE = '[{"op": "replace", "path": "/is_public", "value": false}]'
+
+# A Keystone project id: 32 hexadecimal digits as Keystone makes them;
+# letters, digits, "-" and "_" in at most 64 characters (the length of
+# Keystone's id column) for those a deployment chose itself.
+PROJECT_ID_RE = re.compile(r'[A-Za-z0-9_-]{1,64}')
 
 
 def _count(value: str | int) -> int | None:
@@ -159,14 +188,16 @@ def _groups(groups: list[dict[str, Any]], limits: Any
     return result
 
 
-def validate_create(body: Any, strict: bool,
-                    limits: Any) -> dict[str, Any]:
+def validate_create(body: Any, strict: bool, limits: Any,
+                    private: bool = False) -> dict[str, Any]:
     """The profile to create from a POST body, or an error.
 
     Missing or empty names and groups, and an over-long name, are 500 before
     microversion 2.4 (the clients of those versions expect it) and 400
     from 2.4 on (``strict``); everything else is 400 at every version.
     ``limits`` is the ``[api]`` group of the app's configuration.
+    ``private``: from 2.10 a body may say ``is_public`` (true when it does
+    not); before, the field is refused as any unknown one is.
     """
     if not isinstance(body, list) or len(body) != 1:
         raise exception.Invalid(
@@ -176,7 +207,8 @@ def validate_create(body: Any, strict: bool,
     profile = body[0]
     if not isinstance(profile, dict):
         raise exception.Invalid(reason='A device profile must be an object.')
-    schemas.validate(PROFILE_SCHEMA, profile, 'Device profile')
+    schemas.validate(PRIVATE_PROFILE_SCHEMA if private else PROFILE_SCHEMA,
+                     profile, 'Device profile')
     name = profile.get('name')
     if not name:
         raise schemas.legacy_error(
@@ -197,6 +229,30 @@ def validate_create(body: Any, strict: bool,
         raise schemas.legacy_error(
             'A device profile needs a non-empty list of non-empty groups.',
             strict)
-    return {'name': name, 'uuid': uuid,
-            'description': profile.get('description'),
-            'groups': _groups(groups, limits)}
+    values = {'name': name, 'uuid': uuid,
+              'description': profile.get('description'),
+              'groups': _groups(groups, limits)}
+    if private:
+        values['is_public'] = profile.get('is_public', True)
+    return values
+
+
+def validate_patch(body: Any) -> bool:
+    """Whether the profile is to be public, from a PATCH body (the one
+    change a profile takes), or Invalid saying what the body must be."""
+    what = f'Device profile patch (send {PATCH_EXAMPLE})'
+    schemas.validate(PATCH_SCHEMA, body, what)
+    schemas.validate({'type': 'boolean'}, body[0]['value'],
+                     f'{what} at 0/value')
+    return bool(body[0]['value'])
+
+
+def check_project_id(value: str) -> str:
+    """A project id of a path, or Invalid (400) saying what one is."""
+    if not PROJECT_ID_RE.fullmatch(value):
+        raise exception.Invalid(
+            reason=f'project_id must be a Keystone project ID: 1 to 64 '
+                   f'letters, digits, "-" or "_", such as '
+                   f'"8f3c0e1d2b4a49c7a1e5d6f708192a3b"; not '
+                   f'{schemas.shown(value)}.')
+    return value

@@ -9,6 +9,7 @@ from cyborg import context as cyborg_context
 from cyborg.common import exception
 from cyborg.common import notifications
 from cyborg.conductor import binding
+from cyborg.conductor import limits as conductor_limits
 from cyborg.conductor.endpoints import TARGET
 from cyborg.db.api import arq_batches
 from cyborg.db.api import arqs
@@ -45,40 +46,66 @@ class ArqEndpoint:
     target = TARGET
 
     def __init__(self, binder: binding.Binder,
-                 notifier: notifications.Notifier) -> None:
+                 notifier: notifications.Notifier,
+                 limits: conductor_limits.KeystoneLimits | None = None
+                 ) -> None:
         self._binder = binder
         self._notifier = notifier
+        self._limits = limits
 
     @messaging.expected_exceptions(exception.CyborgException)
     def arq_create(self, context: Context, profile_name: str,
-                   project_id: str | None) -> list[dict[str, Any]]:
-        created = arqs.create(context, profile_name, project_id)
-        self._notifier.arq_create(context, created)
-        return created
+                   project_id: str | None, all_projects: bool = False,
+                   idempotency_key: str | None = None
+                   ) -> list[dict[str, Any]]:
+        """``all_projects`` (1.12): the caller may use every private
+        profile; without it (an API before 1.12), only the public ones
+        and those of ``project_id``. ``idempotency_key`` (1.13): see
+        ``arqs.create_many``."""
+        created = conductor_limits.within(
+            self._limits, lambda: [project_id],
+            lambda limits: arqs.create(context, profile_name, project_id,
+                                       all_projects, idempotency_key,
+                                       limits=limits))
+        self._announce(context, created)
+        return list(created)
 
     @messaging.expected_exceptions(exception.CyborgException)
     def arq_create_many(self, context: Context,
                         requests: list[dict[str, Any]]
                         ) -> list[dict[str, Any]]:
-        """``arq_create`` for several HTTP requests at once (1.4).
+        """``arq_create`` for several HTTP requests at once (1.4), each
+        with its ``all_projects`` (1.12) and its ``idempotency_key`` if
+        it has one (1.13).
 
         One answer per request, in order: ``{"arqs": [...]}``, or
         ``{"error": {"type", "message", "kwargs"}}`` for a request that
         failed alone. A database error fails the call, and so all of them.
         """
-        created = arqs.create_many(
-            context, [(r['profile_name'], r['project_id'])
-                      for r in requests])
-        answers = []
+        created = conductor_limits.within(
+            self._limits, lambda: [r['project_id'] for r in requests],
+            lambda limits: arqs.create_many(context, [
+                arqs.Create(r['profile_name'], r['project_id'],
+                            bool(r.get('all_projects')),
+                            r.get('idempotency_key')) for r in requests],
+                limits))
+        answers: list[dict[str, Any]] = []
         for request, result in zip(requests, created, strict=True):
             if isinstance(result, exception.CyborgException):
                 LOG.debug('Request %s: %s', request.get('request_id'),
                           result)
                 answers.append({'error': _describe(result)})
             else:
-                self._notifier.arq_create(context, result)
-                answers.append({'arqs': result})
+                self._announce(context, result)
+                answers.append({'arqs': list(result)})
         return answers
+
+    def _announce(self, context: Context,
+                  created: list[dict[str, Any]]) -> None:
+        """``arq.create`` for requests just made; none for those of an
+        earlier create answered again (``arqs.Replay``)."""
+        if not isinstance(created, arqs.Replay):
+            self._notifier.arq_create(context, created)
 
     @messaging.expected_exceptions(exception.CyborgException)
     def arq_apply_patch(self, context: Context,

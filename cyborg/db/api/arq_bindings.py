@@ -6,6 +6,7 @@ attach handle is taken with a compare-and-swap on ``in_use`` (see
 deployable's programming are taken the same way, so two conductors working
 on the same requests never both succeed.
 """
+import collections
 import dataclasses
 import json
 import logging
@@ -27,6 +28,7 @@ from cyborg.db.api import nova_events
 from cyborg.db.api import patch_decision
 from cyborg.db.api import query
 from cyborg.db.api import retry_on_deadlock
+from cyborg.db.api import usage
 from cyborg.db.api import writer
 
 LOG = logging.getLogger(__name__)
@@ -107,6 +109,10 @@ class Held(typing.NamedTuple):
     device_profile_group: str
     handle_id: int | None
     handle: Any = None
+    # Whose it is, and the class of its device: what its bind counts
+    # against (see ``usage``).
+    project_id: str | None = None
+    resource_class: str | None = None
 
 
 def held(session: sa.orm.Session, where: Any) -> list[Held]:
@@ -118,7 +124,8 @@ def held(session: sa.orm.Session, where: Any) -> list[Held]:
     rows = session.execute(
         sa.select(ARQ.id, ARQ.uuid, ARQ.state, ARQ.instance_uuid,
                   ARQ.hostname, ARQ.device_rp_uuid,
-                  ARQ.device_profile_group, ARQ.attach_handle_id)
+                  ARQ.device_profile_group, ARQ.attach_handle_id,
+                  ARQ.project_id, ARQ.resource_class)
         .where(where).with_for_update()).all()
     ids = [r.attach_handle_id for r in rows if r.attach_handle_id]
     handles = {h.handle_id: h for h in session.execute(
@@ -129,8 +136,10 @@ def held(session: sa.orm.Session, where: Any) -> list[Held]:
         .join(Dep, Dep.id == AH.deployable_id)
         .join(models.Device, models.Device.id == Dep.device_id)
         .where(AH.id.in_(ids)))} if ids else {}
-    return [Held(*r[:-1], r.attach_handle_id,
-                 handles.get(r.attach_handle_id)) for r in rows]
+    return [Held(r.id, r.uuid, r.state, r.instance_uuid, r.hostname,
+                 r.device_rp_uuid, r.device_profile_group,
+                 r.attach_handle_id, handles.get(r.attach_handle_id),
+                 r.project_id, r.resource_class) for r in rows]
 
 
 UNBOUND = {'state': 'Unbound', 'hostname': None, 'device_rp_uuid': None,
@@ -143,14 +152,16 @@ UNBOUND = {'state': 'Unbound', 'hostname': None, 'device_rp_uuid': None,
 def apply_patch(context: cyborg_context.RequestContext,
                 binds: dict[str, dict[str, Any]], unbinds: list[str],
                 find_bitstream: Callable[[str], str] | None = None,
-                live: bool = False) -> BindBatch:
+                live: bool = False, limits: usage.Limits | None = None
+                ) -> BindBatch:
     """Bind and unbind in one transaction (see ``apply_in``)."""
-    return apply_in(context.session, binds, unbinds, find_bitstream, live)
+    return apply_in(context.session, binds, unbinds, find_bitstream, live,
+                    limits)
 
 
 def apply_in(session: sa.orm.Session, binds: dict[str, dict[str, Any]],
              unbinds: list[str], find_bitstream: Callable[[str], str] | None,
-             live: bool) -> BindBatch:
+             live: bool, limits: usage.Limits | None = None) -> BindBatch:
     """Bind and unbind, in the caller's transaction: read the requests
     named, locked; decide what the PATCH does (``patch_decision.plan``,
     which says the rules); unbind; take the instances' claims; bind.
@@ -162,18 +173,28 @@ def apply_in(session: sa.orm.Session, binds: dict[str, dict[str, Any]],
     for the conductor to finish. Every unbind ends Unbound; one holding
     an mdev releases it (see ``attach_handles.release``): the caller has
     it removed on its host.
+
+    With ``limits`` (read before, see ``usage``), binds that would take a
+    project over a limit refuse the whole PATCH with OverLimit, nothing
+    written (``_admit``), counted once the unbinds are made.
     """
     found = {row.uuid: row
              for row in held(session, ARQ.uuid.in_([*binds, *unbinds]))}
     plan = patch_decision.plan(found, binds, unbinds, live)
     if plan.refused is not None:
         raise plan.refused
+    asks = _asks(plan.binds, found)
+    if limits is not None:
+        # Before anything is written: the caller reads what is missing.
+        usage.known(limits, asks)
     batch = BindBatch(states=dict(plan.same),
                       repeated={*plan.same, *plan.again})
     _unbind(session, plan.unbinds, found, batch)
     _claim(session, plan.binds, live)
     if plan.stuck is not None:
         raise plan.stuck
+    if limits is not None:
+        _admit(session, limits, asks)
     _bind_all(session, plan.binds, found, batch, find_bitstream)
     batch.owed = nova_events.owe(session, [
         (uuid, batch.instances[uuid], nova_events.COMPLETED, None)
@@ -210,6 +231,36 @@ def _claim(session: sa.orm.Session, binds: dict[str, dict[str, Any]],
                 if b['instance_uuid'] == instance})
         elif isinstance(step, exception.CyborgException):
             raise step
+
+
+def _asks(binds: dict[str, dict[str, Any]], found: dict[str, Held]
+          ) -> list[usage.Ask]:
+    """What ``binds`` add to each project (see ``usage.admit``): each
+    bind of a request holding no device adds a device of its class to the
+    project it ends in (the one a ``project_id`` of the bind names, else
+    its own), and a request a bind moves to another project adds a
+    request there."""
+    asks: dict[str, collections.Counter[str]] = collections.defaultdict(
+        collections.Counter)
+    for uuid, binding in binds.items():
+        row = found[uuid]
+        project = binding.get('project_id') or row.project_id
+        if project is None:
+            continue
+        if row.handle_id is None and row.resource_class:
+            asks[project][usage.resource_of(row.resource_class)] += 1
+        if project != row.project_id:
+            asks[project][usage.REQUESTS] += 1
+    return sorted(asks.items())
+
+
+def _admit(session: sa.orm.Session, limits: usage.Limits,
+           asks: list[usage.Ask]) -> None:
+    """OverLimit when ``asks`` would take a project over a limit."""
+    refused = [refusal for refusal in usage.admit(session, limits, asks)
+               if refusal is not None]
+    if refused:
+        raise refused[0]
 
 
 def _bind_all(session: sa.orm.Session, binds: dict[str, dict[str, Any]],

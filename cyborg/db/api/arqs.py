@@ -2,8 +2,10 @@
 
 Binding, unbinding and deleting them is in ``arq_bindings``.
 """
+import datetime
 import json
 import types
+import typing
 import uuid as uuid_lib
 from typing import Any
 
@@ -15,11 +17,16 @@ from cyborg.common import exception
 from cyborg.conf import CONF
 from cyborg.db import models
 from cyborg.db.api import device_profiles
+from cyborg.db.api import project_locks
 from cyborg.db.api import query
 from cyborg.db.api import reader
+from cyborg.db.api import retry_on_deadlock
+from cyborg.db.api import usage
 from cyborg.db.api import writer
 
 ARQ = models.AcceleratorRequest
+DP = models.DeviceProfile
+DPP = models.DeviceProfileProject
 AH = models.AttachHandle
 Dep = models.Deployable
 
@@ -123,40 +130,217 @@ def get_by_uuids(context: cyborg_context.RequestContext, uuids: list[str],
     return [to_dict(r) for r in rows]
 
 
-@writer
+class Create(typing.NamedTuple):
+    """One HTTP request's create: the profile it names, the project that
+    will own the requests, whether its caller sees every project
+    (``cyborg:device_profile:all_projects``), so may use any profile (any
+    other caller may use the public ones and the private ones whose
+    access list holds ``project_id``), and the client's
+    ``Idempotency-Key``, if any (microversion 2.11)."""
+
+    profile_name: str
+    project_id: str | None
+    all_projects: bool = False
+    idempotency_key: str | None = None
+
+
+class Replay(list[dict[str, Any]]):
+    """The requests an earlier create of the project made with the same
+    idempotency key, as they are now: the answer again, nothing created
+    (so nothing to announce, nothing counted against a limit)."""
+
+
 def create(context: cyborg_context.RequestContext, profile_name: str,
-           project_id: str | None) -> list[dict[str, Any]]:
-    """One Initial ARQ per accelerator of each group of the profile."""
-    created = create_many(context, [(profile_name, project_id)])[0]
+           project_id: str | None, all_projects: bool = False,
+           idempotency_key: str | None = None, *,
+           limits: usage.Limits | None = None) -> list[dict[str, Any]]:
+    """One Initial ARQ per accelerator of each group of the profile; with
+    ``idempotency_key``, see ``create_many``."""
+    created = create_many(context, [
+        Create(profile_name, project_id, all_projects, idempotency_key)],
+        limits)[0]
     if isinstance(created, exception.CyborgException):
         raise created
     return created
 
 
+@retry_on_deadlock
 @writer
 def create_many(context: cyborg_context.RequestContext,
-                requests: list[tuple[str, str | None]]
+                requests: list[Create] | list[tuple[str, str | None]],
+                limits: usage.Limits | None = None
                 ) -> list[list[dict[str, Any]] | exception.CyborgException]:
-    """``create`` for each (profile name, project) of ``requests`` in one
+    """``create`` for each ``Create`` of ``requests`` (a plain (profile
+    name, project) is one whose caller does not see every project) in one
     transaction: one SELECT of the profiles and one INSERT of every ARQ.
 
+    With ``limits`` (read before, see ``usage``), the requests' projects
+    are locked and counted first, once, and the requests admitted in
+    order: one that would take its project over ``accelerator_requests``
+    is refused alone (OverLimit), and the next are counted without it.
+
+    A request with an idempotency key that an earlier create of its
+    project made requests with (``_earlier``) is answered those requests
+    as they are now, a ``Replay``, or IdempotencyKeyReused if it names
+    another profile. Only a batch with a key locks its projects for that
+    (``project_locks``, before any other lock, in one order): two creates
+    with one key, in two transactions, run one after the other, so the
+    second finds what the first made. A create without a key pays for
+    neither.
+
     Returns one item per request, in order: its ARQs, or
-    DeviceProfileNotFound, which fails that request alone.
+    DeviceProfileNotFound (also for a private profile the request may
+    not use), Invalid, OverLimit or IdempotencyKeyReused, which fail that
+    request alone.
     """
-    names = {name for name, _ in requests}
-    profiles = {p.name: p for p in context.session.execute(
-        sa.select(models.DeviceProfile.id, models.DeviceProfile.name,
-                  models.DeviceProfile.groups)
-        .where(models.DeviceProfile.name.in_(names)))}
+    return create_in(context.session, requests, limits)
+
+
+def create_in(session: sa.orm.Session,
+              requests: list[Create] | list[tuple[str, str | None]],
+              limits: usage.Limits | None = None
+              ) -> list[list[dict[str, Any]] | exception.CyborgException]:
+    """``create_many`` in the caller's transaction.
+
+    A request with the project and key of one before it in ``requests``
+    (two HTTP requests of one client's retry, joined in one batch) is
+    answered after the others, as by a later transaction: what the first
+    made, or, if that was refused, what it makes itself.
+    """
+    creates = [Create(*r) for r in requests]
+    first, later = _repeats(creates)
+    if later:
+        answers = dict(zip(first, create_in(
+            session, [creates[i] for i in first], limits), strict=True))
+        answers.update(zip(later, create_in(
+            session, [creates[i] for i in later], limits), strict=True))
+        return [answers[i] for i in range(len(creates))]
+    earlier = _earlier(session, creates)
+    answered = [_again(create, earlier.get((create.project_id,
+                                            create.idempotency_key)))
+                for create in creates]
+    fresh = iter(_made(session, [create for create, again in zip(
+        creates, answered, strict=True) if again is None]))
+    made = [next(fresh) if again is None else again for again in answered]
+    if limits is not None:
+        # Every statement sees what was committed before it (READ
+        # COMMITTED, see cyborg.db.api): counted once the lock is held,
+        # a project's requests include those of the write that held it
+        # before. A replay adds nothing.
+        refusals = usage.admit(session, limits, [
+            (create.project_id, {usage.REQUESTS: len(arqs)})
+            if isinstance(arqs, list) and not isinstance(arqs, Replay)
+            else (None, {})
+            for create, arqs in zip(creates, made, strict=True)])
+        made = [refusal or arqs for arqs, refusal in zip(made, refusals,
+                                                         strict=True)]
+    rows = [row for arqs in made if isinstance(arqs, list)
+            and not isinstance(arqs, Replay) for row in arqs]
+    if rows:
+        session.execute(sa.insert(ARQ), rows)
+    # The new rows are known in full; reading them back would cost a
+    # query.
+    return [[to_dict(types.SimpleNamespace(
+        **row, hostname=None, device_rp_uuid=None, instance_uuid=None,
+        updated_at=None, ah_uuid=None, ah_type=None, ah_info=None))
+        for row in arqs] if isinstance(arqs, list)
+        and not isinstance(arqs, Replay) else arqs for arqs in made]
+
+
+def _repeats(creates: list[Create]) -> tuple[list[int], list[int]]:
+    """The indexes of ``creates`` without and with the (project, key) of
+    one before them."""
+    seen: set[tuple[str | None, str]] = set()
+    first: list[int] = []
+    later: list[int] = []
+    for index, create in enumerate(creates):
+        if create.idempotency_key is None:
+            first.append(index)
+            continue
+        key = (create.project_id, create.idempotency_key)
+        (later if key in seen else first).append(index)
+        seen.add(key)
+    return first, later
+
+
+# The lock of the requests of no project (an admin's token without one):
+# no Keystone project has an empty id.
+_NO_PROJECT = ''
+
+
+def _earlier(session: sa.orm.Session, creates: list[Create]
+             ) -> dict[tuple[str | None, str | None], list[dict[str, Any]]]:
+    """The requests made by an earlier create with the key of each of
+    ``creates`` that has one, by (project, key), as they are now, read
+    once the projects of ``creates`` are locked.
+
+    An earlier create counts for ``[conductor] unbound_request_ttl``
+    seconds (for ever at 0), as long as one of its requests exists: after
+    that the key makes new requests. Should a key have made several sets
+    in that time (the TTL raised since), the newest answers.
+    """
+    keyed: dict[str | None, set[str]] = {}
+    for create in creates:
+        if create.idempotency_key is not None:
+            keyed.setdefault(create.project_id, set()).add(
+                create.idempotency_key)
+    if not keyed:
+        return {}
+    # Every project of the batch, not only those with a key: usage.admit
+    # locks its own later, and locks taken in two sorted passes could
+    # wait on each other's.
+    project_locks.lock(session, {
+        _NO_PROJECT if create.project_id is None else create.project_id
+        for create in creates})
+    select = _select().add_columns(ARQ.idempotency_key).where(sa.or_(*(
+        sa.and_(ARQ.project_id.is_(None) if project is None
+                else ARQ.project_id == project,
+                ARQ.idempotency_key.in_(keys))
+        for project, keys in keyed.items())))
+    ttl = CONF.conductor.unbound_request_ttl
+    if ttl:
+        # What unbound_expiry keeps (it deletes those created before
+        # now - ttl): a key answers as long as its requests would.
+        select = select.where(ARQ.created_at >= timeutils.utcnow()
+                              - datetime.timedelta(seconds=ttl))
+    found: dict[tuple[str | None, str | None], list[Any]] = {}
+    for row in session.execute(select.order_by(ARQ.created_at, ARQ.id)):
+        mine = found.setdefault((row.project_id, row.idempotency_key), [])
+        if mine and mine[0].created_at != row.created_at:
+            # A newer create with the key.
+            mine.clear()
+        mine.append(row)
+    return {key: [to_dict(r) for r in rows] for key, rows in found.items()}
+
+
+def _again(create: Create, earlier: list[dict[str, Any]] | None
+           ) -> Replay | exception.CyborgException | None:
+    """What answers ``create`` instead of new requests, given what an
+    earlier create with its key made (None: nothing, or no key)."""
+    if not earlier:
+        return None
+    used = earlier[0]['device_profile_name']
+    if used != create.profile_name:
+        return exception.IdempotencyKeyReused(
+            key=create.idempotency_key, used=used, asked=create.profile_name)
+    return Replay(earlier)
+
+
+def _made(session: sa.orm.Session, requests: list[Create]
+          ) -> list[list[dict[str, Any]] | exception.CyborgException]:
+    """The rows each of ``requests`` would insert, or what refuses it: one
+    SELECT of the profiles (``_profiles``)."""
+    profiles, allowed = _profiles(session, requests)
     groups = {name: json.loads(p.groups) for name, p in profiles.items()}
     # Whole seconds, so what is returned now is what the database keeps
     # (MySQL rounds fractions of a DATETIME, MariaDB truncates them).
     now = timeutils.utcnow().replace(microsecond=0)
     results: list[list[dict[str, Any]] | exception.CyborgException] = []
-    rows = []
-    for profile_name, project_id in requests:
+    for request in requests:
+        profile_name, project_id = request.profile_name, request.project_id
         profile = profiles.get(profile_name)
-        if profile is None:
+        if profile is None or not may_use(request, bool(profile.is_public),
+                                          allowed):
             results.append(exception.DeviceProfileNotFound(name=profile_name))
             continue
         # A profile stored before the limits were lowered makes no more
@@ -170,7 +354,8 @@ def create_many(context: cyborg_context.RequestContext,
             continue
         mine = []
         for group_id, group in enumerate(groups[profile_name]):
-            for _ in range(device_profiles.accelerator_count(group)):
+            for resource_class in device_profiles.accelerator_classes(
+                    group):
                 mine.append({'uuid': str(uuid_lib.uuid4()),
                              'state': 'Initial',
                              'project_id': project_id,
@@ -178,17 +363,50 @@ def create_many(context: cyborg_context.RequestContext,
                              'device_profile_name': profile_name,
                              'device_profile_group_id': group_id,
                              'device_profile_group': json.dumps(group),
+                             'resource_class': resource_class,
+                             'idempotency_key': request.idempotency_key,
                              'created_at': now})
-        rows.extend(mine)
-        # The new rows are known in full; reading them back would cost a
-        # query.
-        results.append([to_dict(types.SimpleNamespace(
-            **row, hostname=None, device_rp_uuid=None, instance_uuid=None,
-            updated_at=None, ah_uuid=None, ah_type=None, ah_info=None))
-            for row in mine])
-    if rows:
-        context.session.execute(sa.insert(ARQ), rows)
+        results.append(mine)
     return results
+
+
+def _profiles(session: sa.orm.Session, requests: list[Create]
+              ) -> tuple[dict[str, Any], set[tuple[str, str]]]:
+    """The profiles ``requests`` name, by name, and the (profile name,
+    project) pairs of their access lists that matter to the requests, from
+    one SELECT.
+
+    Each profile comes with the rows of its access list that hold the
+    project of a request whose caller does not see every project: an
+    outer join on the list's unique key, so a profile is one row per such
+    project, or one row. When no request of the batch sees every project,
+    the query itself leaves out the private profiles none of them may use.
+    """
+    scoped = {r.project_id or '' for r in requests if not r.all_projects}
+    select = sa.select(
+        DP.id, DP.name, DP.groups, DP.is_public,
+        DPP.project_id.label('allowed_project')).outerjoin(
+            DPP, sa.and_(DPP.device_profile_id == DP.id,
+                         DPP.project_id.in_(scoped))).where(
+        DP.name.in_({r.profile_name for r in requests}))
+    if not any(r.all_projects for r in requests):
+        select = select.where(sa.or_(DP.is_public == sa.true(),
+                                     DPP.project_id.is_not(None)))
+    profiles: dict[str, Any] = {}
+    allowed: set[tuple[str, str]] = set()
+    for row in session.execute(select):
+        profiles[row.name] = row
+        if row.allowed_project is not None:
+            allowed.add((row.name, row.allowed_project))
+    return profiles, allowed
+
+
+def may_use(request: Create, is_public: bool,
+            allowed: set[tuple[str, str]]) -> bool:
+    """Whether ``request`` may create from its profile, public or not,
+    given the (profile name, project) pairs of the access lists."""
+    return (request.all_projects or is_public
+            or (request.profile_name, request.project_id or '') in allowed)
 
 
 @reader

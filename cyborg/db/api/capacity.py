@@ -76,6 +76,42 @@ def _traits() -> sa.Subquery:
     ).subquery('traits')
 
 
+def _select(group_by: str, hostname: str | None,
+            resource_class: str | None, type: str | None,
+            marker: str | None) -> sa.Select:
+    """The grouped query of ``get``, ordered by key (null last), from
+    after ``marker``."""
+    deps = _per_deployable(hostname, resource_class, type)
+    source: sa.FromClause
+    if group_by == 'trait':
+        traits = _traits()
+        key = traits.c.trait
+        source = deps.join(traits, traits.c.deployable_id == deps.c.id)
+    else:
+        key = deps.c[GROUP_KEYS[group_by]]
+        source = deps
+    select = (
+        sa.select(key.label('key'),
+                  *(sa.func.sum(deps.c[name]).label(name)
+                    for name in COUNTS))
+        .select_from(source).group_by(key)
+        .order_by(key.is_(None), key))
+    if marker is not None:
+        # Keyset paging: the groups after the marker's key, whether or
+        # not a group still has it (a host may lose its last deployable
+        # between two pages). The null group (resource_class) sorts last,
+        # so it always follows a marker, and is never one: as the last
+        # row, no page follows it.
+        select = select.where(sa.or_(key > marker, key.is_(None)))
+    return select
+
+
+def _as_dicts(rows: Any, key_name: str) -> list[dict[str, Any]]:
+    return [dict({key_name: row.key},
+                 **{name: int(row._mapping[name]) for name in COUNTS})
+            for row in rows]
+
+
 @reader
 def get(context: cyborg_context.RequestContext, group_by: str = 'host',
         hostname: str | None = None, resource_class: str | None = None,
@@ -95,22 +131,23 @@ def get(context: cyborg_context.RequestContext, group_by: str = 'host',
     under each of its traits; under ``resource_class`` one without a
     class is in the null group.
     """
-    deps = _per_deployable(hostname, resource_class, type)
-    key_name = GROUP_KEYS[group_by]
-    source: sa.FromClause
-    if group_by == 'trait':
-        traits = _traits()
-        key = traits.c.trait
-        source = deps.join(traits, traits.c.deployable_id == deps.c.id)
-    else:
-        key = deps.c[key_name]
-        source = deps
-    select = (
-        sa.select(key.label('key'),
-                  *(sa.func.sum(deps.c[name]).label(name)
-                    for name in COUNTS))
-        .select_from(source).group_by(key)
-        .order_by(key.is_(None), key))
-    return [dict({key_name: row.key},
-                 **{name: int(row._mapping[name]) for name in COUNTS})
-            for row in context.session.execute(select)]
+    select = _select(group_by, hostname, resource_class, type, None)
+    return _as_dicts(context.session.execute(select), GROUP_KEYS[group_by])
+
+
+@reader
+def get_page(context: cyborg_context.RequestContext, group_by: str = 'host',
+             hostname: str | None = None, resource_class: str | None = None,
+             type: str | None = None, size: int | None = None,
+             marker: str | None = None
+             ) -> tuple[list[dict[str, Any]], bool]:
+    """The groups of ``get`` after the one keyed ``marker``, at most
+    ``size`` (all when None), and whether more follow. The database
+    limits the grouped rows: no page reads the groups of another."""
+    select = _select(group_by, hostname, resource_class, type, marker)
+    if size is not None:
+        select = select.limit(size + 1)
+    rows = _as_dicts(context.session.execute(select), GROUP_KEYS[group_by])
+    if size is None:
+        return rows, False
+    return rows[:size], len(rows) > size

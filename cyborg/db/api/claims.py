@@ -12,8 +12,6 @@ from typing import Any
 
 import sqlalchemy as sa
 from oslo_utils import timeutils
-from sqlalchemy.dialects import postgresql
-from sqlalchemy.dialects import sqlite
 
 from cyborg.common import exception
 from cyborg.db import models
@@ -24,24 +22,11 @@ Claim = models.InstanceClaim
 
 
 def take(session: sa.orm.Session, instance_uuid: str) -> bool:
-    """Insert the instance's claim; False if it has one already.
-
-    The unique key decides between concurrent transactions: the second
-    insert waits for the first to commit, then finds the row.
-    """
-    dialect = session.get_bind().dialect.name
-    values = {'instance_uuid': instance_uuid,
-              'created_at': timeutils.utcnow()}
-    insert: sa.Insert
-    if dialect == 'postgresql':
-        insert = postgresql.insert(Claim).values(**values) \
-            .on_conflict_do_nothing(index_elements=['instance_uuid'])
-    elif dialect == 'sqlite':
-        insert = sqlite.insert(Claim).values(**values) \
-            .on_conflict_do_nothing(index_elements=['instance_uuid'])
-    else:
-        insert = sa.insert(Claim).values(**values).prefix_with('IGNORE')
-    return bool(query.changed(session, insert))
+    """Insert the instance's claim; False if it has one already (see
+    ``query.insert_new``)."""
+    return query.insert_new(session, Claim, {
+        'instance_uuid': instance_uuid,
+        'created_at': timeutils.utcnow()}, 'instance_uuid')
 
 
 def join(session: sa.orm.Session, instance_uuid: str,

@@ -4,6 +4,8 @@ from typing import Any
 from typing import cast
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects import sqlite
 
 from cyborg.common import exception
 
@@ -26,6 +28,29 @@ def changed(session: Any, statement: sa.Executable) -> int:
     """
     result = cast(sa.CursorResult[Any], session.execute(statement))
     return result.rowcount
+
+
+def insert_new(session: Any, model: Any, values: dict[str, Any],
+               unique: str | tuple[str, ...]) -> bool:
+    """Insert a row unless one with the same ``unique`` column (or
+    columns, of one unique constraint) exists; whether it inserted one.
+
+    The unique key decides between concurrent transactions: the second
+    insert waits for the first to commit, then finds the row and inserts
+    nothing (no IntegrityError to roll the caller's transaction back).
+    """
+    dialect = session.get_bind().dialect.name
+    columns = [unique] if isinstance(unique, str) else list(unique)
+    insert: sa.Insert
+    if dialect == 'postgresql':
+        insert = postgresql.insert(model).values(**values) \
+            .on_conflict_do_nothing(index_elements=columns)
+    elif dialect == 'sqlite':
+        insert = sqlite.insert(model).values(**values) \
+            .on_conflict_do_nothing(index_elements=columns)
+    else:
+        insert = sa.insert(model).values(**values).prefix_with('IGNORE')
+    return bool(changed(session, insert))
 
 
 def _type(column: Any) -> Any:
@@ -62,17 +87,23 @@ def integer_range(column: Any) -> tuple[int, int]:
 
 def paginate(session: sa.orm.Session, query: sa.Select, model: Any,
              size: int | None, marker: str | int | None,
-             marker_key: str = 'uuid') -> tuple[list[Any], bool]:
+             marker_key: str = 'uuid',
+             marker_where: sa.ColumnElement[bool] | None = None
+             ) -> tuple[list[Any], bool]:
     """Rows of ``query`` ordered by id, after ``marker``, at most ``size``.
 
     ``marker`` is the ``marker_key`` column's value of the last row seen
-    (tables without a uuid page by ``id``). Returns the rows and whether
-    more follow. ``size`` None means all.
+    (tables without a uuid page by ``id``); with ``marker_where``, a row
+    that does not meet it (one the caller may not see) is refused as a
+    value no row has. Returns the rows and whether more follow. ``size``
+    None means all.
     """
     query = query.order_by(model.id)
     if marker is not None:
-        marker_id = session.scalar(
-            sa.select(model.id).where(getattr(model, marker_key) == marker))
+        find = sa.select(model.id).where(getattr(model, marker_key) == marker)
+        if marker_where is not None:
+            find = find.where(marker_where)
+        marker_id = session.scalar(find)
         if marker_id is None:
             raise exception.Invalid(
                 reason=f'marker {marker} does not name an item of this list.')

@@ -63,12 +63,13 @@ class SlowFakeDriver(fake.FakeDriver):
 
 @pytest.fixture
 def conductor(conf, rabbit_rpc, sqlite_engine):  # noqa: F811
-    svc = rpc_service.RPCService(
-        rpc.CONDUCTOR_TOPIC, 'ctl-test',
-        conductor_manager.ConductorManager(conf).endpoints())
+    manager = conductor_manager.ConductorManager(conf)
+    svc = rpc_service.RPCService(rpc.CONDUCTOR_TOPIC, 'ctl-test',
+                                 manager.endpoints())
     svc.start()
     yield svc
     svc.stop()
+    manager.stop()
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ second with a copy of the rules whose ``for:`` is 1 s, their
 expressions unchanged: every query of the dashboard returns a series;
 a device fault fires CyborgDeviceUnhealthy, and an agent paused
 (SIGSTOP) fires CyborgAgentDown (no heartbeat for the conductor's
-``service_down_time``, 3 s here) and CyborgAgentUnreachable (its scrape
+``service_down_time``, 10 s here) and CyborgAgentUnreachable (its scrape
 times out); each resolves once the fault is cleared, the agent resumed.
 """
 import functools
@@ -29,10 +29,14 @@ NODE = 'alerts-node'
 # Grafana's variables, as the test substitutes them: every host, and a
 # rate window of several 1 s scrapes.
 VARIABLES = {'host': '.*', '__rate_interval': '10s'}
+# The conductor's service_down_time: 3 s let a loaded CI worker (four on
+# two cores) miss heartbeats for that long, and CyborgAgentDown was
+# pending before any agent stopped.
+SERVICE_DOWN_TIME = 10
 # Seconds for an alert to fire or resolve: a health pass or a heartbeat
-# (1 s), service_down_time (3 s), a scrape and an evaluation (1 s each)
-# and ``for: 1s``.
-ALERT_TIMEOUT = 30
+# (1 s), SERVICE_DOWN_TIME, a scrape and an evaluation (1 s each) and
+# ``for: 1s``, with room for a loaded machine.
+ALERT_TIMEOUT = 45
 # An agent that stops: its heartbeats, and its scrapes.
 AGENT_ALERTS = {'CyborgAgentDown', 'CyborgAgentUnreachable'}
 
@@ -85,7 +89,7 @@ def test_alerts_fire_and_dashboard_queries_answer(
                                   gate_stack.free_port())
     stack.add_placement()
     stack.add_conductor('conductor1', extra={
-        'DEFAULT': {'service_down_time': 3},
+        'DEFAULT': {'service_down_time': SERVICE_DOWN_TIME},
         'conductor': {'metrics_port': conductor_port,
                       'metrics_host': '127.0.0.1'}})
     agent = stack.add_agent('agent1', NODE, 2, 1, extra={

@@ -123,6 +123,7 @@ def stack(conf, rabbit_url, db_engine, fake_nova, fake_glance,
     finally:
         agent.stop()
         conductor.stop()
+        manager.stop()
         manager.binder.stop()
         rpc.cleanup()
         rpc.set_defaults()

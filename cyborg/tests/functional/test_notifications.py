@@ -5,6 +5,7 @@ The agent is the process edge here: a fake that answers the conductor's
 calls. Set CYBORG_WRITE_NOTIFICATION_SAMPLES=1 to rewrite the samples in
 ``doc/notification_samples`` from what a run sends.
 """
+import datetime
 import json
 import logging
 import os
@@ -18,6 +19,8 @@ from typing import Any
 import jsonschema
 import oslo_messaging as messaging
 import pytest
+import sqlalchemy as sa
+from oslo_utils import timeutils
 
 from cyborg import context as cyborg_context
 from cyborg.accelerator.drivers import fake
@@ -25,6 +28,7 @@ from cyborg.common import device_health
 from cyborg.common import exception
 from cyborg.common import notifications
 from cyborg.conductor import manager as conductor_manager
+from cyborg.db import models
 from cyborg.db.api import arqs
 from cyborg.db.api import device_profiles
 from cyborg.db.api import inventory
@@ -157,7 +161,14 @@ def _same_shape(sample: Any, sent: Any, where: str = '') -> None:
                 and isinstance(sent, number)), where
 
 
-def _check(notification: dict[str, Any]) -> None:
+def _data(notification: dict[str, Any]) -> dict[str, Any]:
+    return notification['payload']['cyborg_object.data']
+
+
+def _check(notification: dict[str, Any], sample: str | None = None
+           ) -> None:
+    """``notification`` against its event's schema and sample (or the
+    sample file named ``sample``)."""
     event = notification['event_type']
     payload, priority = notifications.EVENTS[event]
     body = notification['payload']
@@ -167,7 +178,7 @@ def _check(notification: dict[str, Any]) -> None:
     assert body['cyborg_object.version'] == payload.version
     assert body['cyborg_object.namespace'] == 'cyborg'
     jsonschema.validate(body['cyborg_object.data'], payload.schema)
-    path = SAMPLES / f'{event}.json'
+    path = SAMPLES / f'{sample or event}.json'
     if os.environ.get('CYBORG_WRITE_NOTIFICATION_SAMPLES') == '1':
         path.write_text(json.dumps(notification, indent=4, sort_keys=True)
                         + '\n')
@@ -175,7 +186,8 @@ def _check(notification: dict[str, Any]) -> None:
     _same_shape(sample, notification, event)
 
 
-def test_every_event_is_sent_as_its_sample(manager, listener):
+def test_every_event_is_sent_as_its_sample(manager, listener,
+                                           sqlite_engine):
     ctx = cyborg_context.get_admin_context()
     conf = manager.conf
     driver = fake.FakeDriver(conf)
@@ -251,12 +263,33 @@ def test_every_event_is_sent_as_its_sample(manager, listener):
         'hostname': NODE, 'device_rp_uuid': deployable['rp_uuid'],
         'instance_uuid': str(uuid.uuid4())}}, [])
     wait_for(lambda: arqs.get(ctx, third)['state'] == 'Bound')
+    # A create sent again with its idempotency key announces nothing; a
+    # request nothing bound is deleted once it outlived
+    # [conductor] unbound_request_ttl.
+    [keyed] = manager.arq_create(ctx, 'dp', 'p1', idempotency_key='key-1')
+    assert manager.arq_create(ctx, 'dp', 'p1',
+                              idempotency_key='key-1') == [keyed]
+    with sqlite_engine.begin() as conn:
+        conn.execute(sa.update(models.AcceleratorRequest).where(
+            models.AcceleratorRequest.uuid == keyed['uuid']).values(
+                created_at=timeutils.utcnow() - datetime.timedelta(
+                    seconds=conf.conductor.unbound_request_ttl + 1)))
+    assert manager.expiry.sweep() == 1
 
     wait_for(lambda: all(listener.of(e) for e in notifications.EVENTS),
              timeout=15)
+    wait_for(lambda: any(_data(n)['uuid'] == keyed['uuid'] for n in
+                         listener.of('accelerator.arq.delete')))
     for event in notifications.EVENTS:
         for notification in listener.of(event):
-            _check(notification)
+            expired = _data(notification).get('reason') == 'expired'
+            _check(notification, f'{event}.expired' if expired else None)
+    assert [_data(n)['uuid'] for n in listener.of('accelerator.arq.create')
+            ].count(keyed['uuid']) == 1
+    [expired] = [_data(n) for n in listener.of('accelerator.arq.delete')
+                 if _data(n)['uuid'] == keyed['uuid']]
+    assert (expired['state'], expired['reason'], expired['instance_uuid']
+            ) == ('Deleted', 'expired', None)
     by_bind = [n['payload']['cyborg_object.data'] for n in
                listener.of('accelerator.deployable.program.end')
                if n['payload']['cyborg_object.data']['arq_uuids']]
@@ -265,7 +298,7 @@ def test_every_event_is_sent_as_its_sample(manager, listener):
     [deleted] = [n['payload']['cyborg_object.data'] for n in
                  listener.of('accelerator.arq.delete')
                  if n['payload']['cyborg_object.data']['uuid'] == second]
-    assert deleted['state'] == 'Deleted'
+    assert (deleted['state'], deleted['reason']) == ('Deleted', None)
     [error] = listener.of('accelerator.arq.bind.error')
     assert error['payload']['cyborg_object.data']['uuid'] == doomed
     assert 'the card is on fire' in error['payload']['cyborg_object.data'][

@@ -10,10 +10,11 @@ After each scenario the invariants of ``nova_stack.checks`` hold.
 
 Marked ``nova``: selected only by ``-m nova`` (``tox -e nova``), or by
 ``-m nova_reduced`` for the reduced run (a boot with one FPGA and its
-delete, the same flavor without an accelerator, and the bind failure
-known when Nova binds); all on one xdist worker (``xdist_group``, with
-``--dist loadgroup``) so that the deployment starts once. On any
-failure the end of every service's log is printed.
+delete, the same flavor without an accelerator, the bind failure known
+when Nova binds, and a project over its limits); all on one xdist
+worker (``xdist_group``, with ``--dist loadgroup``) so that the
+deployment starts once. On any failure the end of every service's log
+is printed.
 """
 from collections.abc import Iterator
 from typing import Any
@@ -250,6 +251,42 @@ def test_no_valid_host_leaves_nothing(cloud):
         cloud.assert_nothing_left(server.id)
         cloud.delete(server)
         cloud.assert_invariants()
+
+
+@pytest.mark.nova_reduced
+@pytest.mark.parametrize('resource,fault', [
+    ('accelerator_requests', 'Failed to create accelerator requests'),
+    ('class:FPGA', 'Failed to bind accelerator requests')])
+def test_a_project_over_its_limit_gets_an_error_server(cloud, resource,
+                                                       fault):
+    """The member's project limited to 0 of ``resource`` (Keystone's
+    unified limits; the conductor reads them for every write here): the
+    create (accelerator_requests) or the bind (class:FPGA) that Nova asks
+    for is refused with a 403, and the server ends in ERROR with Nova's
+    fault saying which call failed and the 403 (Nova 34 shows no body),
+    and nothing of it left in cyborg. Every other scenario runs under the
+    generous registered limits (stack_lib.GENEROUS_LIMITS)."""
+    keystone = cloud.stack.keystone
+    limit = keystone.set_limit(keystone.project(cloud_lib.MEMBER),
+                               resource, 0)
+    try:
+        with cloud.watched(), cloud.server('fpga1',
+                                           status='ERROR') as server:
+            reported = cloud.admin.compute.get_server(server.id).fault
+            assert fault in reported['message'], reported
+            assert '<Response [403]>' in reported['message'], reported
+            assert cloud.spawns_of(server.id) == []
+            assert cloud.arqs(server.id) == []
+            assert checks.arqs_of(cloud.engine, server.id) == []
+            assert checks.handles_in_use(cloud.engine) == 0
+            cloud.delete(server)
+            cloud.assert_nothing_left(server.id)
+    finally:
+        keystone.delete_limit(limit)
+    cloud.assert_invariants()
+    # Back under the registered limit, the same flavor boots.
+    with cloud.watched(), cloud.server('fpga1') as server:
+        cloud.bound(server, 1)
 
 
 def test_server_actions_keep_the_accelerator(cloud):

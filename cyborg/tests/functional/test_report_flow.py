@@ -44,12 +44,13 @@ def rabbit_rpc(conf, rabbit_url):
 
 @pytest.fixture
 def conductor(conf, rabbit_rpc, db_engine):
-    svc = rpc_service.RPCService(
-        rpc.CONDUCTOR_TOPIC, 'ctl-test',
-        conductor_manager.ConductorManager(conf).endpoints())
+    manager = conductor_manager.ConductorManager(conf)
+    svc = rpc_service.RPCService(rpc.CONDUCTOR_TOPIC, 'ctl-test',
+                                 manager.endpoints())
     svc.start()
     yield svc
     svc.stop()
+    manager.stop()
 
 
 def test_reports_flow_into_the_database(conf, conductor, db_engine, caplog):
@@ -167,9 +168,9 @@ def test_the_first_report_is_retried_until_a_conductor_takes_it(
         utils.wait_for(lambda: said(logging.WARNING, 'No conductor'),
                        'a failed try')
         assert inventory.get_host_devices(ctx, 'cmp-early') == []
+        manager = conductor_manager.ConductorManager(conf)
         conductor = rpc_service.RPCService(
-            rpc.CONDUCTOR_TOPIC, 'ctl-late',
-            conductor_manager.ConductorManager(conf).endpoints())
+            rpc.CONDUCTOR_TOPIC, 'ctl-late', manager.endpoints())
         conductor.start()
         try:
             devices = utils.wait_for(
@@ -177,6 +178,7 @@ def test_the_first_report_is_retried_until_a_conductor_takes_it(
                 'the report')
         finally:
             conductor.stop()
+            manager.stop()
     finally:
         agent.stop()
     assert len(devices) == 1

@@ -139,7 +139,8 @@ class Deployment:
         return len(self.nova.events())
 
 
-def _make_database(cluster: galera.Cluster) -> str:
+def make_database(cluster: galera.Cluster) -> str:
+    """A new database on ``cluster``, migrated to head; its name."""
     name = f'cyborg_{uuid.uuid4().hex[:8]}'
     admin = sa.create_engine(cluster.nodes[0].server_url(),
                              isolation_level='AUTOCOMMIT')
@@ -164,7 +165,7 @@ def deployment(cluster: galera.Cluster, workdir: pathlib.Path,
     theirs), until the block ends. ``conf`` is this process's, for its
     RPC client."""
     assert handles % devices == 0, 'spread handles evenly over devices'
-    database = _make_database(cluster)
+    database = make_database(cluster)
     urls = cluster.urls(database)
     engine = engines.create_engine(db_api.connection_url(urls[0]))
     undo = db_api.patch_engine(engine)

@@ -8,32 +8,20 @@ CYBORG_TEST_REQUIRE_SERVICES=1, see ``conftest.unavailable``). Two
 pytest workers may ask at once: one installs while the other waits on a
 file lock, then finds everything there.
 """
-import contextlib
-import fcntl
 import importlib
 import importlib.util
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 
+from cyborg.tests import utils
 from cyborg.tests.conftest import unavailable
 
 LOCK = '/tmp/cyborg-test-packages.lock'
 # Seconds for an apt-get update or install, or a pip build: a first
 # install of libvirt and QEMU takes one to two minutes here.
 TIMEOUT = 900
-
-
-@contextlib.contextmanager
-def _locked() -> Iterator[None]:
-    with open(LOCK, 'a') as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _installed(package: str) -> bool:
@@ -61,7 +49,7 @@ def debian(*packages: str) -> None:
     if os.geteuid() != 0 or shutil.which('apt-get') is None:
         unavailable(', '.join(packages),
                     'not installed, and only root can install them')
-    with _locked():
+    with utils.file_lock(LOCK):
         missing = [p for p in packages if not _installed(p)]
         if not missing:
             return
@@ -75,7 +63,7 @@ def python(module: str, requirement: str) -> None:
     this interpreter's environment when it is not."""
     if importlib.util.find_spec(module) is not None:
         return
-    with _locked():
+    with utils.file_lock(LOCK):
         if importlib.util.find_spec(module) is None:
             _run([sys.executable, '-m', 'pip', 'install', '-q',
                   requirement], requirement)

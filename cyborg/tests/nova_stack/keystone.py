@@ -9,6 +9,7 @@ admin endpoints, and a user of the ``service`` project with the
 options by which a service validates tokens (keystonemiddleware) or
 calls another one (keystoneauth's password plugin).
 """
+import contextlib
 import grp
 import os
 import pathlib
@@ -20,6 +21,9 @@ from typing import Any
 
 import requests
 
+from cyborg.db import migration
+from cyborg.tests import conftest
+from cyborg.tests import utils
 from cyborg.tests.harness import gate_stack
 
 REGION = 'RegionOne'
@@ -196,6 +200,53 @@ class Keystone:
         self.add_service_user('cyborg')
         self.add_service('cyborg', 'accelerator', api_url)
 
+    # -- unified limits ------------------------------------------------------
+
+    def _service_id(self, service_type: str) -> str:
+        [service] = self.call('GET', f'/services?type={service_type}')[
+            'services']
+        return str(service['id'])
+
+    def register_limits(self, limits: dict[str, int],
+                        service_type: str = 'accelerator') -> None:
+        """Registered limits (every project's default) of the service's
+        resources in REGION."""
+        service = self._service_id(service_type)
+        self.call('POST', '/registered_limits', json={'registered_limits': [
+            {'service_id': service, 'region_id': REGION,
+             'resource_name': name, 'default_limit': value}
+            for name, value in limits.items()]})
+
+    def set_limit(self, project_id: str, resource: str, value: int,
+                  service_type: str = 'accelerator') -> str:
+        """A project's own limit of a resource, over the registered one
+        (which must exist); its id."""
+        created = self.call('POST', '/limits', json={'limits': [{
+            'service_id': self._service_id(service_type),
+            'region_id': REGION, 'project_id': project_id,
+            'resource_name': resource, 'resource_limit': value}]})
+        return str(created['limits'][0]['id'])
+
+    def delete_limit(self, limit_id: str) -> None:
+        self.call('DELETE', f'/limits/{limit_id}')
+
+    def limits_reader(self, user: str) -> dict[str, dict[str, str]]:
+        """The options by which the conductor, as service user ``user``,
+        reads cyborg's limits ([quota] and [oslo_limit]), the user given
+        the ``reader`` role on the system as Nova's needs: a token scoped
+        to a project without an admin or service role sees that project's
+        limits alone."""
+        [found] = self.call('GET', f'/users?name={user}')['users']
+        reader = self._role_ids()['reader']
+        self.call('PUT', f'/system/users/{found["id"]}/roles/{reader}')
+        auth = {key: value for key, value in self.password_auth(user).items()
+                if not key.startswith('project_')}
+        return {'quota': {'driver': 'unified_limits'},
+                'oslo_limit': {**auth, 'system_scope': 'all',
+                               'endpoint_service_type': 'accelerator',
+                               'endpoint_region_name': REGION,
+                               'endpoint_interface': 'public'}}
+
     # -- what services are configured with ----------------------------------
 
     def password_auth(self, user: str) -> dict[str, str]:
@@ -235,3 +286,28 @@ class KeystoneStack(gate_stack.Stack):
             'oslo_policy': {'enforce_new_defaults': 'true',
                             'enforce_scope': 'true'},
             'keystone_authtoken': keystone.authtoken('cyborg')}, extra)
+
+
+def new_stack(cleanup: contextlib.ExitStack, workdir: pathlib.Path,
+              cyborg_backend: str) -> tuple[KeystoneStack, Keystone]:
+    """A KeystoneStack in ``workdir`` (its processes not added yet) on a
+    RabbitMQ virtual host of its own, cyborg's database new and migrated
+    on ``cyborg_backend`` and Keystone's on MariaDB, and its Keystone
+    (not set up); ``cleanup`` drops the databases and the virtual host.
+    Without RabbitMQ: skipped, or failed under
+    CYBORG_TEST_REQUIRE_SERVICES=1."""
+    if not utils.port_open(conftest.RABBIT_URL, 5672):
+        conftest.unavailable('RabbitMQ',
+                             f'nothing listens at {conftest.RABBIT_URL}')
+    rabbit_url = cleanup.enter_context(
+        utils.virtual_host(conftest.RABBIT_URL, 'cyborg-test'))
+    urls = {}
+    for name, backend in (('cyborg', cyborg_backend), ('keystone', 'mysql')):
+        (workdir / name).mkdir()
+        found = conftest.empty_database_url(backend, workdir / name)
+        urls[name] = next(found)
+        cleanup.callback(next, found, None)
+    migration.upgrade('head', url=urls['cyborg'])
+    stack = KeystoneStack(workdir, rabbit_url, urls['cyborg'],
+                          'http://127.0.0.1:9', 'none')
+    return stack, Keystone(stack, urls['keystone'])

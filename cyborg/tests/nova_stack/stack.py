@@ -4,7 +4,9 @@
 RabbitMQ virtual host: Keystone, placement and Glance behind it, the
 Neutron stand-in, cyborg-api (behind Keystone, service tokens required),
 one cyborg-conductor, nova-api, -conductor, -scheduler, and per compute
-host a nova-compute and a cyborg-agent with the fake driver. The agent
+host a nova-compute and a cyborg-agent with the fake driver. The
+conductor enforces Keystone's unified limits, registered generously
+(``GENEROUS_LIMITS``). The agent
 of ``VGPU_HOST`` also has the ``nvidia_gpu`` driver, over a sysfs tree
 with a T4 whose vGPUs nova-compute creates (``mdev_creator = nova``),
 followed by an emulated kernel (``cyborg.tests.harness.sysfs_kernel``). Every
@@ -45,6 +47,10 @@ T4_TYPES = (('nvidia-222', 'GRID T4-1B', 16),
             ('nvidia-223', 'GRID T4-2B', 8))
 VGPU_TYPE = 'nvidia-223'
 VGPU_TRAIT = 'CUSTOM_NVIDIA_1EB8_T4_2B'
+# The registered limits of cyborg's endpoint (Keystone's unified limits,
+# which the conductor enforces): far above what any scenario holds.
+GENEROUS_LIMITS = {'accelerator_requests': 1000, 'class:FPGA': 100,
+                   'class:VGPU': 100}
 
 
 class NovaStack(keystone_lib.KeystoneStack):
@@ -142,10 +148,16 @@ class NovaStack(keystone_lib.KeystoneStack):
         self.nova.setup()
         step = self._timed('nova-manage', step)
         cyborg_auth = keystone.password_auth('cyborg')
+        # Nova's flow runs under limits generous enough never to refuse
+        # it; a scenario lowers one project's limit to see a refusal.
+        keystone.register_limits(GENEROUS_LIMITS)
+        limits = keystone.limits_reader('cyborg')
+        # Read again for every write: a scenario's limit applies at once.
+        limits['quota']['cache_seconds'] = '0'
         self.add_keystone_api(keystone)
         self.add_conductor('conductor', extra={
             'placement': cyborg_auth, 'nova': cyborg_auth,
-            'glance': cyborg_auth})
+            'glance': cyborg_auth, **limits})
         self.nova.add_api()
         self.nova.add_service('nova-conductor')
         self.nova.add_service('nova-scheduler')

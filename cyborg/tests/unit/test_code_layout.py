@@ -15,7 +15,7 @@ def named_in(text: str) -> set[str]:
     section = text[text.index(START):text.index(END)]
     named, package = set(), None
     for line in section.splitlines():
-        heading = re.fullmatch(r'``(cyborg[\w/]*)``', line)
+        heading = re.fullmatch(r'``(cyborg[\w/.]*)``', line)
         item = re.match(r' {4}- ``(\w+\.py)``: \S', line)
         if heading:
             package = heading.group(1)

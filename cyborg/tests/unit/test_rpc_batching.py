@@ -24,14 +24,18 @@ class _Conductor:
     def _record(self, method: str, context: Any, *args: Any) -> None:
         self.calls.append((method, context, args))
 
-    def arq_create(self, context, profile_name, project_id):
-        self._record('arq_create', context, profile_name, project_id)
+    def arq_create(self, context, profile_name, project_id,
+                   all_projects=False, idempotency_key=None):
+        self._record('arq_create', context, profile_name, project_id,
+                     all_projects, idempotency_key)
         if profile_name == 'nope':
             raise exception.DeviceProfileNotFound(name=profile_name)
         return [{'profile': profile_name}]
 
     def arq_create_many(self, context, requests):
         self._record('arq_create_many', context, requests)
+        if self.older and any('idempotency_key' in r for r in requests):
+            raise rpcapi.OlderConductor('1.13')
         return [[{'profile': r['profile_name']}] for r in requests]
 
     def arq_apply_patch(self, context, binds, unbinds, live=False):
@@ -70,11 +74,11 @@ def test_without_batches_each_write_is_the_plain_call(batch, cap):
     writes = rpc_batching.BatchedWrites(conductor, create_batch=batch,
                                         bind_batch=batch)
     ctx = _ctx('req-1')
-    assert writes.arq_create(ctx, 'dp', 'p1') == [{'profile': 'dp'}]
+    assert writes.arq_create(ctx, 'dp', 'p1', True) == [{'profile': 'dp'}]
     writes.arq_apply_patch(ctx, {'a': {}}, [], True)
     writes.arq_delete(ctx, None, 'i1', 'p1')
     assert conductor.calls == [
-        ('arq_create', ctx, ('dp', 'p1')),
+        ('arq_create', ctx, ('dp', 'p1', True, None)),
         ('arq_apply_patch', ctx, ({'a': {}}, [], True)),
         ('arq_delete', ctx, (None, 'i1', 'p1'))]
     # The batches are made only where the cap lets the batch calls go.
@@ -93,18 +97,18 @@ def test_a_write_alone_is_the_plain_call_with_its_context():
     with pytest.raises(exception.DeviceProfileNotFound):
         writes.arq_create(ctx, 'nope', 'p1')
     assert conductor.calls == [
-        ('arq_create', ctx, ('dp', 'p1')),
+        ('arq_create', ctx, ('dp', 'p1', False, None)),
         ('arq_apply_patch', ctx, ({'a': {}}, ['b'], False)),
         ('arq_delete', ctx, (['c'], None, None)),
-        ('arq_create', ctx, ('nope', 'p1'))]
+        ('arq_create', ctx, ('nope', 'p1', False, None))]
 
 
 def test_several_writes_are_one_call_with_each_request_id():
     conductor = _Conductor()
     writes = rpc_batching.BatchedWrites(conductor, create_batch=4,
                                         bind_batch=4)
-    assert writes._send_creates([(_ctx('r1'), 'a', 'p1'),
-                                 (_ctx('r2'), 'b', None)]) == [
+    assert writes._send_creates([(_ctx('r1'), 'a', 'p1', False, None),
+                                 (_ctx('r2'), 'b', None, True, None)]) == [
         [{'profile': 'a'}], [{'profile': 'b'}]]
     assert writes._send_patches([(_ctx('r3'), {'x': {}}, [], True),
                                  (_ctx('r4'), {}, ['y'], False)]) == [
@@ -114,8 +118,9 @@ def test_several_writes_are_one_call_with_each_request_id():
         None, None]
     assert [(method, args) for method, _, args in conductor.calls] == [
         ('arq_create_many', ([
-            {'profile_name': 'a', 'project_id': 'p1', 'request_id': 'r1'},
-            {'profile_name': 'b', 'project_id': None,
+            {'profile_name': 'a', 'project_id': 'p1', 'all_projects': False,
+             'request_id': 'r1'},
+            {'profile_name': 'b', 'project_id': None, 'all_projects': True,
              'request_id': 'r2'}],)),
         ('arq_apply_patches', ([
             {'binds': {'x': {}}, 'unbinds': [], 'live': True,
@@ -150,6 +155,28 @@ def test_an_older_conductor_gets_each_write_alone():
         ('arq_apply_patch', third),
         ('arq_delete_many', conductor.calls[4][1]),
         ('arq_delete', first), ('arq_delete', second)]
+
+
+def test_creates_with_keys_carry_them_and_older_conductors_get_each():
+    conductor = _Conductor()
+    writes = rpc_batching.BatchedWrites(conductor, create_batch=4)
+    creates = [(_ctx('r1'), 'a', 'p1', False, 'k1'),
+               (_ctx('r2'), 'b', 'p1', False, None)]
+    writes._send_creates(creates)
+    # Only a create with a key carries one: a batch without any goes to
+    # conductors before 1.13 as it did.
+    assert conductor.calls[0][2] == ([
+        {'profile_name': 'a', 'project_id': 'p1', 'all_projects': False,
+         'request_id': 'r1', 'idempotency_key': 'k1'},
+        {'profile_name': 'b', 'project_id': 'p1', 'all_projects': False,
+         'request_id': 'r2'}],)
+    older = _Conductor(older=True)
+    writes = rpc_batching.BatchedWrites(older, create_batch=4)
+    assert writes._send_creates(creates) == [[{'profile': 'a'}],
+                                             [{'profile': 'b'}]]
+    assert [(m, c, a) for m, c, a in older.calls[1:]] == [
+        ('arq_create', creates[0][0], ('a', 'p1', False, 'k1')),
+        ('arq_create', creates[1][0], ('b', 'p1', False, None))]
 
 
 def test_an_error_other_than_a_refusal_fails_the_batch():

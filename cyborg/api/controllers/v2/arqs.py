@@ -11,6 +11,7 @@ from wsme import types as wtypes
 from cyborg import context as cyborg_context
 from cyborg.api import schemas
 from cyborg.api.controllers import base
+from cyborg.api.controllers.v2 import device_profiles
 from cyborg.api.expose import expose
 from cyborg.api.schemas import arqs as schema
 from cyborg.api.versions import Microversion
@@ -93,8 +94,13 @@ class ARQsController(rest.RestController):
     def post(self, body: Any) -> ARQCollection:
         ctx = base.authorize('cyborg:arq:create')
         name = schema.validate_create(body, base.strict())
+        # Before 2.11 the header is ignored, as it always was.
+        key = schema.idempotency_key(pecan.request.headers.get(
+            schema.IDEMPOTENCY_KEY)) if base.version_at_least(
+                Microversion.IDEMPOTENT_CREATE) else None
         created = pecan.request.arq_writes.arq_create(
-            ctx, name, ctx.project_id)
+            ctx, name, ctx.project_id, device_profiles.sees_every_profile(),
+            idempotency_key=key)
         return ARQCollection(arqs=[ARQ.from_dict(a) for a in created])
 
     @expose(ARQCollection, wtypes.text, wtypes.text, wtypes.text,

@@ -140,7 +140,7 @@ def _api(conf, engine) -> Iterator[API]:
         conductor.stop()
         # As the conductor service stops: no heartbeat of this test's
         # agents, retried by the batch's thread, reaches the next test.
-        parts.heartbeats.stop()
+        parts.stop()
         rpc.cleanup()
         rpc.set_defaults()
 

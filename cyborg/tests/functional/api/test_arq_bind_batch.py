@@ -156,9 +156,9 @@ def applied(monkeypatch) -> list[int]:
     sizes: list[int] = []
     together = arq_batches._together
 
-    def counted(context, items, one):
+    def counted(context, items, one, limits):
         sizes.append(len(items))
-        return together(context, items, one)
+        return together(context, items, one, limits)
 
     monkeypatch.setattr(arq_batches, '_together', counted)
     return sizes

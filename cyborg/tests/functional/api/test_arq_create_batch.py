@@ -110,7 +110,8 @@ def test_a_failed_batch_call_raises_the_conductors_error(api, monkeypatch):
                                         create_batch=4)
     with pytest.raises(exception.ServiceUnavailable, match='database gone'):
         client._send_creates(
-            [(cyborg_context.get_admin_context(), 'one', 'p1')] * 3)
+            [(cyborg_context.get_admin_context(), 'one', 'p1', False, None)]
+            * 3)
 
 
 def test_concurrent_posts_through_http(live_api):  # noqa: F811

@@ -181,3 +181,110 @@ def test_readers_need_a_manager_role(api):
 def test_bad_input_is_400(api, query, named):
     response = _get(api, query, status=400)
     assert named in _fault(response)
+
+
+PAGES = version('2.12')
+
+
+def _hosts(api, count):
+    """``count`` hosts of one FPGA card each, named out of order."""
+    names = [f'node{n:02d}' for n in range(count)]
+    for n, name in enumerate(reversed(names)):
+        api.seed(f'cmp{n}', count=1, hostname=name)
+    return names
+
+
+def test_pages_by_host(api_all_dbs):
+    """Every host once, in order, three at a time, by following next."""
+    api = api_all_dbs
+    names = _hosts(api, 7)
+    seen, sizes, path = [], [], '/v2/capacity?group_by=host&limit=3'
+    while path:
+        body = api.app.get(path, headers=PAGES).json
+        assert body['group_by'] == 'host'
+        seen += [row['hostname'] for row in body['capacity']]
+        sizes.append(len(body['capacity']))
+        path = body.get('next')
+        if path:
+            assert path.startswith('http://localhost/v2/capacity?')
+            assert path.endswith(
+                f'group_by=host&limit=3&marker={seen[-1]}')
+            path = path[len('http://localhost'):]
+    assert seen == names
+    assert sizes == [3, 3, 1]
+
+
+def test_the_last_page_has_no_next(api):
+    _hosts(api, 4)
+    body = _get(api, '?limit=2&marker=node01', headers=PAGES).json
+    assert [r['hostname'] for r in body['capacity']] == ['node02', 'node03']
+    assert 'next' not in body
+    assert _get(api, '?limit=2&marker=node03', headers=PAGES).json == {
+        'capacity': [], 'group_by': 'host'}
+
+
+def test_a_marker_no_group_has(api):
+    """Paging goes on after a host that lost its last card."""
+    _hosts(api, 3)
+    assert [r['hostname'] for r in _get(
+        api, '?marker=node00x', headers=PAGES).json['capacity']] == [
+        'node01', 'node02']
+
+
+def test_without_limit_or_marker_2_12_lists_all(api):
+    _hosts(api, 3)
+    body = _get(api, headers=PAGES).json
+    assert len(body['capacity']) == 3 and 'next' not in body
+
+
+def test_the_limit_is_capped(api):
+    api.conf.set_override('max_limit', 2, 'api')
+    _hosts(api, 3)
+    body = _get(api, '?limit=50', headers=PAGES).json
+    assert len(body['capacity']) == 2
+    assert body['next'].endswith('limit=2&marker=node01')
+
+
+def test_pages_by_resource_class_end_with_the_null_group(api):
+    api.conf.set_override('vgpu_device_count', 1, 'fake_driver')
+    api.conf.set_override('device_count', 2, 'fake_driver')
+    cards = [d.to_dict() for d in fake.FakeDriver(api.conf).discover()]
+    del cards[0]['deployables'][0]['attributes']['rc']
+    inventory.apply_report(cyborg_context.get_admin_context(), 'cmp1',
+                           {'hostname': 'node1', 'devices': cards})
+    first = _get(api, '?group_by=resource_class&limit=1',
+                 headers=PAGES).json
+    assert [r['resource_class'] for r in first['capacity']] == ['FPGA']
+    assert first['next'].endswith('marker=FPGA')
+    second = _get(api, '?group_by=resource_class&limit=1&marker=FPGA',
+                  headers=PAGES).json
+    assert [r['resource_class'] for r in second['capacity']] == ['VGPU']
+    last = _get(api, '?group_by=resource_class&limit=1&marker=VGPU',
+                headers=PAGES).json
+    assert [r['resource_class'] for r in last['capacity']] == [None]
+    assert 'next' not in last
+
+
+def test_pages_by_trait(api):
+    api.seed('cmp1', count=1, hostname='node1')
+    body = _get(api, '?group_by=trait&limit=1&marker=CUSTOM_FAKE_DEVICE',
+                headers=PAGES).json
+    assert [r['trait'] for r in body['capacity']] == ['OWNER_CYBORG']
+    assert 'next' not in body
+
+
+@pytest.mark.parametrize('limit', ['0', '-1', 'x', '1.5', ''])
+def test_a_bad_limit_is_400(api, limit):
+    response = _get(api, f'?limit={limit}', headers=PAGES, status=400)
+    assert 'limit must be' in _fault(response)
+
+
+@pytest.mark.parametrize('query,names', [
+    ('?limit=1', 'limit'), ('?marker=node1', 'marker'),
+    ('?limit=1&marker=node1', 'limit, marker')])
+def test_below_2_12_paging_is_an_unknown_argument(api, query, names):
+    """As 2.7-2.11 answered before 2.12 named them."""
+    api.seed('cmp1', count=1, hostname='node1')
+    response = _get(api, query, headers=version('2.11'), status=400)
+    assert _fault(response) == f'Unknown argument: "{names}"'
+    assert 'next' not in _get(api, headers=version('2.11')).json

@@ -257,7 +257,7 @@ ALLOW = {
     f'/v2/accelerator_requests/{MISSING}':
         'GET, HEAD, PATCH, DELETE, OPTIONS',
     '/v2/device_profiles': 'GET, HEAD, POST, DELETE, OPTIONS',
-    '/v2/device_profiles/dp1': 'GET, HEAD, DELETE, OPTIONS',
+    '/v2/device_profiles/dp1': 'GET, HEAD, PATCH, DELETE, OPTIONS',
     f'/v2/attributes/{MISSING}': 'GET, HEAD, DELETE, OPTIONS',
     f'/v2/devices/{MISSING}': 'GET, HEAD, OPTIONS',
     f'/v2/devices/{MISSING}/enable': 'POST, OPTIONS',
@@ -410,7 +410,7 @@ def test_over_http(live_api):  # noqa: F811
     options = requests.options(root_url + '/v2/device_profiles/dp',
                                headers=headers, timeout=30)
     assert options.status_code == 200
-    assert options.headers['Allow'] == 'GET, HEAD, DELETE, OPTIONS'
+    assert options.headers['Allow'] == 'GET, HEAD, PATCH, DELETE, OPTIONS'
     put = requests.put(live_api.url + '/device_profiles', data=b'x=1',
                        headers=headers, timeout=30)
     assert put.status_code == 405

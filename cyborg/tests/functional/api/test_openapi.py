@@ -21,6 +21,7 @@ from cyborg.accelerator.drivers import fake
 from cyborg.agent import service as agent_service
 from cyborg.api import versions
 from cyborg.api.controllers import v2
+from cyborg.api.controllers.v2 import device_profiles
 from cyborg.api.controllers.v2 import host_drivers
 from cyborg.tests import utils
 from cyborg.tests.fakes import fixtures as test_fixtures
@@ -67,9 +68,9 @@ def test_valid_openapi_31(document):
 # handler is the controller method pecan's RestController routes it to.
 def _handler(method: str, path: str) -> tuple[str, str]:
     resource, *below = path.split('/')[2:]
-    if below[:2] == ['{host}', 'drivers']:
+    if len(below) > 1 and f'{resource}/{below[1]}' in NESTED:
         # A controller below an item: /v2/hosts/{host}/drivers/...
-        resource, below = 'hosts/drivers', below[2:]
+        resource, below = f'{resource}/{below[1]}', below[2:]
     if method == 'GET':
         if len(below) == 2:
             # GET /v2/<resource>/{id}/<action> is a custom action.
@@ -83,7 +84,8 @@ def _handler(method: str, path: str) -> tuple[str, str]:
 
 # Controllers below an item of a resource, which pecan reaches through
 # the resource's ``_lookup``.
-NESTED = {'hosts/drivers': host_drivers.HostDriversController}
+NESTED = {'hosts/drivers': host_drivers.HostDriversController,
+          'device_profiles/projects': device_profiles.ProjectsController}
 
 
 def _served() -> dict[str, dict[str, bool]]:
@@ -181,9 +183,11 @@ def test_documented_routes_are_routed(document, live_api):  # noqa: F811
     known = _resources(live_api).ids
     root = live_api.url[:-len('/v2')]
     bodies = {'PATCH': {}, 'POST': {}}
-    # Deletes last, so that every other request finds its resource.
-    for method, path in sorted(_operations(document),
-                               key=lambda op: (op[0] == 'DELETE', op)):
+    # Deletes last, so that every other request finds its resource, and
+    # what is below a resource before the resource.
+    for method, path in sorted(
+            _operations(document),
+            key=lambda op: (op[0] == 'DELETE', -op[1].count('/'), op)):
         url = root + _fill(path, known)
         response = requests.request(method, url, timeout=30,
                                     headers=dict(ADMIN, **LATEST),

@@ -47,6 +47,16 @@ ROWS = [
      _admin_only(201)),
     ('dp:delete', 'DELETE', '/v2/device_profiles/{dp}', None,
      _admin_only(204)),
+    ('dp:update', 'PATCH', '/v2/device_profiles/{dp}',
+     [{'op': 'replace', 'path': '/is_public', 'value': False}],
+     _admin_only(200), '2.10'),
+    ('dp:project_list', 'GET', '/v2/device_profiles/{dp}/projects', None,
+     _admin_only(200), '2.10'),
+    ('dp:project_add', 'PUT', '/v2/device_profiles/{dp}/projects/p9', None,
+     _admin_only(204), '2.10'),
+    # p9 is not in the list: past the policy, 404.
+    ('dp:project_remove', 'DELETE', '/v2/device_profiles/{dp}/projects/p9',
+     None, _admin_only(404), '2.10'),
     # ARQs are project-owned: other projects do not see p1's request.
     ('arq:get_all', 'GET', '/v2/accelerator_requests', None,
      OK_READ_PROJECT),
