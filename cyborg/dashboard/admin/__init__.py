@@ -1,0 +1,2 @@
+"""Cyborg's panels in Horizon's Admin dashboard: hosts, devices and
+capacity of accelerators."""

@@ -1,0 +1,1 @@
+"""Accelerator Capacity: accelerators per resource class, host, trait."""

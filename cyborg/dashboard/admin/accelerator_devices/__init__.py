@@ -1,0 +1,1 @@
+"""Accelerator Devices: devices, their health, layout and handles."""

@@ -1,0 +1,1 @@
+"""Accelerator Hosts: per compute host capacity, devices, drivers."""

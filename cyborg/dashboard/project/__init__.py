@@ -1,0 +1,1 @@
+"""The panels of Horizon's Project dashboard: what a project may use."""

@@ -1,0 +1,1 @@
+"""Project > Accelerators > Device Profiles."""
