@@ -64,6 +64,16 @@ _BUS_DOWN = (messaging.MessageDeliveryFailure,
 _NO_ANSWER = (messaging.MessagingTimeout, messaging.MessageUndeliverable,
               exception.CallExpired)
 
+# What sending on a connection the broker closed raises in py-amqp (its
+# transport's "Server unexpectedly closed connection" is an OSError; kombu
+# re-exports amqp's ConnectionError, RecoverableConnectionError's base),
+# for ``LostReplies``; an OSError anywhere else says nothing of the broker.
+_SEND_LOST = (OSError, kombu_exceptions.ConnectionError)
+# oslo.messaging's RPC server logs this, with the traceback, when a
+# handler's answer cannot be sent (rpc/server.py, _process_incoming).
+_REPLY_LOGGER = 'oslo_messaging.rpc.server'
+_REPLY_LOST = 'Can not send reply'
+
 # How many causes ``kind_of`` follows: cyborg's ServiceUnavailable from
 # rpc.call's MessagingTimeout, oslo.db's DBError from the driver's error.
 _CHAIN = 4
@@ -205,3 +215,33 @@ class Tracker:
 
 # The process's outages: its tasks, its RPC server and its probe share them.
 tracker = Tracker()
+
+
+class LostReplies(logging.Filter):
+    """Replies the broker took away with it, told to ``tracker``.
+
+    When the broker goes while a handler's answer is being sent,
+    oslo.messaging logs an ERROR with a 40-line traceback for that reply
+    (for each of the replies in flight then); the caller gets no answer
+    and retries after its timeout, as for any message lost in an outage.
+    Such a record becomes a failure of the message bus, logged once with
+    the outage; one whose error is not a lost connection is kept.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if error is None or not str(record.msg).startswith(_REPLY_LOST):
+            return True
+        if not any(isinstance(cause, _SEND_LOST) or kind_of(cause) == BUS
+                   for cause in _causes(error)):
+            return True
+        tracker.failed(BUS, error, 'a reply to an RPC call')
+        return False
+
+
+def watch_lost_replies() -> None:
+    """Have oslo.messaging's RPC server tell lost replies to
+    ``tracker`` (once per process, however often it is called)."""
+    logger = logging.getLogger(_REPLY_LOGGER)
+    if not any(isinstance(found, LostReplies) for found in logger.filters):
+        logger.addFilter(LostReplies())

@@ -211,6 +211,7 @@ class RPCService(service.ServiceBase):
 
     def start(self) -> None:
         self._stopped.clear()
+        outages.watch_lost_replies()
         target = messaging.Target(topic=self.topic, server=self.host)
         self._rpc_server = rpc.get_server(target,
                                           self.endpoints + [PingEndpoint()])

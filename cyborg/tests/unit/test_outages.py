@@ -2,15 +2,18 @@
 when they end, by periodic tasks and RPC handlers."""
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 import oslo_messaging as messaging
 import pytest
 import sqlalchemy as sa
+from amqp import exceptions as amqp_exceptions
 from kombu import exceptions as kombu_exceptions
 from oslo_db import exception as db_exc
 
 from cyborg.common import exception
 from cyborg.common import outages
+from cyborg.common import rpc
 from cyborg.common import rpc_service
 from cyborg.tests.utils import wait_for
 
@@ -143,3 +146,77 @@ def test_a_bug_keeps_its_traceback_and_is_the_task_s_last_error(caplog):
     assert outages.tracker.current() == {}
     task.run()
     assert task.last_error is None
+
+
+class _Incoming:
+    """A ping as oslo.messaging's RPC server receives one, whose reply
+    raises ``error`` (the broker closed the connection meanwhile)."""
+
+    ctxt: dict[str, Any] = {}
+    message = {'method': 'ping', 'args': {}, 'version': '1.0',
+               'namespace': rpc_service.PING_NAMESPACE}
+    msg_id = 'msg-1'
+    client_timeout = None
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def acknowledge(self) -> None:
+        pass
+
+    def reply(self, reply: Any = None, failure: Any = None) -> None:
+        raise self.error
+
+
+def _reply_fails(conf, error: BaseException) -> None:
+    """oslo.messaging's RPC server handles a call whose reply raises
+    ``error``, in a process that watches lost replies."""
+    outages.watch_lost_replies()
+    outages.watch_lost_replies()
+    rpc.init(conf, url='fake://')
+    try:
+        server = rpc.get_server(messaging.Target(topic='t', server='s'),
+                                [rpc_service.PingEndpoint()])
+        server._process_incoming([_Incoming(error)])
+    finally:
+        rpc.cleanup()
+
+
+def _raised_in_context(error: BaseException,
+                       context: BaseException) -> BaseException:
+    """``error`` raised while handling ``context``."""
+    try:
+        try:
+            raise context
+        except BaseException:
+            raise error  # noqa: B904 - as py-amqp raises it
+    except BaseException as outer:
+        return outer
+
+
+@pytest.mark.parametrize('error', [
+    # py-amqp's transport when the broker closed the socket, raised while
+    # it looked up the channel it lost (amqp/connection.py, channel()).
+    _raised_in_context(OSError('Server unexpectedly closed connection'),
+                       KeyError(None)),
+    amqp_exceptions.RecoverableConnectionError('connection already closed'),
+    kombu_exceptions.OperationalError('[Errno 111] Connection refused'),
+])
+def test_a_reply_the_broker_took_away_is_an_outage(conf, caplog, error):
+    caplog.set_level(logging.DEBUG)
+    _reply_fails(conf, error)
+    assert not [r for r in caplog.records if r.exc_info]
+    [warned] = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warned.name == 'cyborg.common.outages'
+    assert 'met by a reply to an RPC call' in warned.getMessage()
+    [outage] = outages.tracker.current().values()
+    assert outage.kind == outages.BUS
+
+
+def test_a_reply_that_fails_otherwise_keeps_its_traceback(conf, caplog):
+    _reply_fails(conf, TypeError('Object of type set is not JSON '
+                                 'serializable'))
+    [record] = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert record.name == 'oslo_messaging.rpc.server'
+    assert record.exc_info[0] is TypeError
+    assert outages.tracker.current() == {}
