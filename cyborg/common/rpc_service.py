@@ -37,6 +37,10 @@ PING_NAMESPACE = 'health'
 # the broker takes milliseconds; more than this, and messages are not
 # carried (a stalled link, a broker out of resources).
 PING_TIMEOUT = 5.0
+# How much longer than PING_TIMEOUT the probe waits for a ping's call to
+# end before it calls the bus unreachable itself: the call's own timeout
+# and errors come first when oslo.messaging gives them.
+PING_SLACK = 1.0
 
 
 class PeriodicTask:
@@ -163,22 +167,66 @@ class PingEndpoint:
         return True
 
 
+class _Ping:
+    """One ping's call, on a daemon thread of its own.
+
+    oslo.messaging bounds a call's sending by its ``retry`` and its wait
+    by its timeout, but not everything a call does first: the first call
+    of a process declares its reply queue, and that retries for as long
+    as the broker is away, whatever the call's ``retry``. A probe whose
+    first pass met an outage then never ended it (a conductor stayed
+    ready 73 s into an outage, and would have for as long as it lasted).
+    So ``bus_probe`` waits for a ping with a deadline of its own; a call
+    still under way then is left to end on its thread, and no second one
+    is sent until it has.
+    """
+
+    def __init__(self, call: Callable[[], None], name: str) -> None:
+        self.sent = time.monotonic()
+        self.done = threading.Event()
+        self.error: Exception | None = None
+        # A daemon: a call oslo.messaging retries for ever must not keep
+        # the process from exiting.
+        threading.Thread(target=self._run, args=(call,), name=name,
+                         daemon=True).start()
+
+    def _run(self, call: Callable[[], None]) -> None:
+        try:
+            call()
+        except Exception as exc:  # noqa: BLE001 (handed to the waiter)
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def wait(self, timeout: float) -> None:
+        """Until the call ended, at most ``timeout`` seconds: what it
+        raised, or MessageBusUnreachable when it is still under way."""
+        if not self.done.wait(timeout):
+            raise exception.MessageBusUnreachable(
+                reason=f'a ping sent {time.monotonic() - self.sent:.0f} s '
+                       f'ago has not come back')
+        if self.error is not None:
+            raise self.error
+
+
 def bus_probe(topic: str, host: str, interval: float) -> PeriodicTask:
     """A task that calls its own process's RPC server (``topic`` as
     ``host``) every ``interval`` seconds: a message that goes through the
     broker to the server's queue, and an answer through the broker back.
 
     An answer ends an outage of the message bus, no answer within
-    PING_TIMEOUT starts one. It costs one call and its reply per interval
-    and process (10 s by default; 0.1 call/s, 200 messages/s for 1,000
-    agents, against the tens of thousands a RabbitMQ node carries), and
-    it sees what nothing else in a conductor does: a conductor sends no
-    message of its own while it is idle, and oslo.messaging's listener
-    reconnects without telling anyone.
+    PING_TIMEOUT starts one, whatever the call is still doing (``_Ping``).
+    It costs one call and its reply per interval and process (10 s by
+    default; 0.1 call/s, 200 messages/s for 1,000 agents, against the tens
+    of thousands a RabbitMQ node carries), and it sees what nothing else
+    in a conductor does: a conductor sends no message of its own while it
+    is idle, and oslo.messaging's listener reconnects without telling
+    anyone.
     """
     clients: list[messaging.RPCClient] = []
+    flight: list[_Ping] = []
 
-    def ping() -> None:
+    def call() -> None:
         if not clients:
             clients.append(rpc.get_client(messaging.Target(
                 topic=topic, server=host, namespace=PING_NAMESPACE,
@@ -187,6 +235,11 @@ def bus_probe(topic: str, host: str, interval: float) -> PeriodicTask:
                  'ping', server=host, timeout=PING_TIMEOUT,
                  unavailable=lambda reason: exception.MessageBusUnreachable(
                      reason=reason))
+
+    def ping() -> None:
+        if not flight or flight[0].done.is_set():
+            flight[:] = [_Ping(call, f'{topic}-bus-ping')]
+        flight[0].wait(PING_TIMEOUT + PING_SLACK)
 
     return PeriodicTask(f'{topic}-bus-probe', ping, interval,
                         restores=(outages.BUS,))

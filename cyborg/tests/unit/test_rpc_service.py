@@ -1,9 +1,16 @@
 """Periodic tasks on oslo.service looping calls: timing, triggers, stop;
-and the bound on an idle listener's poll that lets a server stop at once."""
+and the bound on an idle listener's poll that lets a server stop at once;
+the bus probe's deadline of its own."""
 import logging
 import threading
 import time
+from collections.abc import Iterator
 
+import pytest
+
+from cyborg.common import exception
+from cyborg.common import outages
+from cyborg.common import rpc
 from cyborg.common import rpc_service
 from cyborg.tests.utils import wait_for
 
@@ -105,3 +112,64 @@ def test_next_delay_replaces_the_interval_when_it_answers():
                                     next_delay=lambda: next(answers))
     assert task._tick() == 0.5
     assert task._tick() == 7
+
+
+class Pings:
+    """``rpc.call`` for the bus probe: each call waits until ``answer``
+    is set (as the first call of a process does while oslo.messaging
+    declares its reply queue with the broker away), then raises ``error``
+    if there is one."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error = error
+        self.calls = 0
+        self.answer = threading.Event()
+
+    def __call__(self, client, context, version, method, **kwargs):
+        self.calls += 1
+        assert (method, kwargs['server']) == ('ping', 'host-1')
+        self.answer.wait(10)
+        if self.error is not None:
+            raise self.error
+        return True
+
+
+@pytest.fixture
+def pings(monkeypatch) -> Iterator[Pings]:
+    monkeypatch.setattr(rpc_service, 'PING_TIMEOUT', 0.1)
+    monkeypatch.setattr(rpc_service, 'PING_SLACK', 0.05)
+    monkeypatch.setattr(rpc, 'get_client', lambda target: target)
+    found = Pings()
+    monkeypatch.setattr(rpc, 'call', found)
+    outages.tracker.clear()
+    yield found
+    found.answer.set()
+    outages.tracker.clear()
+
+
+def test_a_ping_still_under_way_is_an_outage_and_is_not_sent_twice(pings):
+    task = rpc_service.bus_probe('topic-1', 'host-1', 3600)
+    task.run()
+    [outage] = outages.tracker.current().values()
+    assert outage.kind == outages.BUS
+    assert 'has not come back' in outage.error
+    task.run()
+    assert (pings.calls, outages.tracker.current()[outages.BUS].failures) \
+        == (1, 2)
+    pings.answer.set()
+    # The call comes back: the pass waiting for it ends the outage, and
+    # the next pass sends a new one.
+    wait_for(lambda: (task.run(), not outages.tracker.current())[1],
+             'the outage to end')
+    assert pings.calls == 1
+    task.run()
+    assert pings.calls == 2
+
+
+def test_a_ping_that_fails_in_time_reports_its_own_error(pings):
+    pings.error = exception.MessageBusUnreachable(reason='not sent')
+    pings.answer.set()
+    rpc_service.bus_probe('topic-1', 'host-1', 3600).run()
+    [outage] = outages.tracker.current().values()
+    assert (outage.kind, outage.failures) == (outages.BUS, 1)
+    assert 'not sent' in outage.error
