@@ -162,6 +162,16 @@ def serving(endpoints: list[Any], method: str) -> Any:
     return next(e for e in endpoints if hasattr(e, method))
 
 
+class Clock:
+    """A monotonic clock the test moves: ``now`` is what it answers."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class InProcess:
     """A service's RPC endpoints called in the test's process, without a
     message bus: a method is that of the endpoint ``serving`` it; any

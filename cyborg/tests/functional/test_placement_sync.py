@@ -22,15 +22,8 @@ from cyborg.db.api import device_profiles
 from cyborg.db.api import inventory
 from cyborg.db.api import providers
 from cyborg.tests.harness import placement_server
+from cyborg.tests.utils import Clock
 from cyborg.tests.utils import InProcess
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

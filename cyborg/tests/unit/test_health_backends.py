@@ -16,16 +16,8 @@ from cyborg.tests import utils
 from cyborg.tests.harness import gate_stack
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_result_serves_until_it_is_older_than_the_ttl():
-    clock = Clock()
+    clock = utils.Clock(100.0)
     calls = []
     check = health_backends.CachedCheck(
         'database', lambda: calls.append(1) or 'mysql', 5.0, clock)
@@ -42,7 +34,7 @@ def test_a_result_serves_until_it_is_older_than_the_ttl():
 
 def test_a_failure_is_unavailable_and_logged_once_per_outage(caplog):
     caplog.set_level(logging.INFO, outages.__name__)
-    clock = Clock()
+    clock = utils.Clock(100.0)
     up = [False]
 
     def reach() -> str:
@@ -73,7 +65,7 @@ def test_a_failure_is_unavailable_and_logged_once_per_outage(caplog):
 def test_a_request_during_a_check_gets_the_last_result():
     """While one thread waits on a hung database, the others answer the
     last result at once instead of queueing behind it."""
-    clock = Clock()
+    clock = utils.Clock(100.0)
     entered, release = threading.Event(), threading.Event()
     results = iter(['first', 'second'])
 

@@ -7,6 +7,7 @@ from cyborg.agent import health
 from cyborg.agent import resource_tracker
 from cyborg.common.device_health import Health
 from cyborg.common.device_health import Usage
+from cyborg.tests.utils import Clock
 
 
 class Conductor:
@@ -75,13 +76,6 @@ class Notifier:
     def device_usage(self, context, host, samples):
         self.sent.append((host, samples))
 
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
 
 
 @pytest.fixture

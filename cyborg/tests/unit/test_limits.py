@@ -10,6 +10,7 @@ from cyborg.common import exception
 from cyborg.common import outages
 from cyborg.conductor import limits as conductor_limits
 from cyborg.db.api import usage
+from cyborg.tests.utils import Clock
 
 REQUESTS = usage.REQUESTS
 
@@ -99,13 +100,6 @@ def test_more_reads_other_projects():
 
 
 # The conductor's reading of Keystone.
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from cyborg.tests.harness import devlink as devlink_emulator
 from cyborg.tests.harness import sysfs_kernel
 from cyborg.tests.harness.sysfs import SysfsTree
 from cyborg.tests.harness.sysfs import pci_parts as pci
+from cyborg.tests.utils import Clock
 
 CX6DX = '0000:3b:00.0'
 CX6DX_PORT2 = '0000:3b:00.1'
@@ -51,15 +52,6 @@ def nic_conf(host_conf, tree, tmp_path):
                            'nvidia_nic_devices')
     return host_conf
 
-
-class Clock:
-    """A monotonic clock the test moves."""
-
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from cyborg.common.device_report import DriverAttachHandle
 from cyborg.common.device_report import DriverDeployable
 from cyborg.common.device_report import DriverDevice
 from cyborg.common.device_report import pci_address
+from cyborg.tests.utils import Clock
 
 
 class RecordingConductor:
@@ -20,13 +21,6 @@ class RecordingConductor:
         self.reports.append((host, report))
         return {'writes': 0}
 
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
 
 
 class BrokenDriver(fake.FakeDriver):
