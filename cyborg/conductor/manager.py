@@ -3,7 +3,6 @@ import functools
 import logging
 from collections.abc import Callable
 
-import futurist
 from oslo_config import cfg
 
 from cyborg.agent import rpcapi as agent_rpcapi
@@ -20,6 +19,7 @@ from cyborg.conductor import live_allocations
 from cyborg.conductor import placement_sync
 from cyborg.conductor import reports
 from cyborg.conductor import unbound_expiry
+from cyborg.conductor import workers
 from cyborg.conductor.endpoints import arqs
 from cyborg.conductor.endpoints import attach_handles
 from cyborg.conductor.endpoints import attributes
@@ -56,15 +56,14 @@ class ConductorManager:
         # Keystone's project limits, when [quota] switches them on.
         self.limits = limits.from_conf(conf)
         # What binds, unbinds and deletes leave to do once committed.
-        workers = futurist.ThreadPoolExecutor(
-            max_workers=conf.conductor.bind_workers)
-        self.cleaner = cleaning.Cleaner(conf, workers, self.agent_api,
+        pool = workers.Workers(max_workers=conf.conductor.bind_workers)
+        self.cleaner = cleaning.Cleaner(conf, pool, self.agent_api,
                                         self.sync_placement)
         # One sender of the notifications of binds, for both halves.
         notices = bind_notices.BindNotices(conf)
         self.binder = binding.Binder(
-            conf, workers, device_side.DeviceSide(
-                conf, workers, self.agent_api, self.cleaner, notices),
+            conf, pool, device_side.DeviceSide(
+                conf, pool, self.agent_api, self.cleaner, notices),
             notices,
             allocations=None if placement is None else
             live_allocations.LiveAllocations(conf, placement.client),
