@@ -52,9 +52,10 @@ class PeriodicTask:
     never run at the same time: one asked for while another runs follows
     it. A pass that fails goes on to the next: an outage of what it
     needs (``outages.kind_of``) is told to ``outages.tracker``, anything
-    else is logged with its traceback. A pass that succeeds ends the
-    outages of the kinds in ``restores``, which its work proves reachable,
-    and of those the task met itself.
+    else is logged with its traceback; one that fails once ``stop()`` was
+    called, at DEBUG only (the process is going away). A pass that
+    succeeds ends the outages of the kinds in ``restores``, which its
+    work proves reachable, and of those the task met itself.
     """
 
     def __init__(self, name: str, func: Callable[[], Any],
@@ -77,10 +78,13 @@ class PeriodicTask:
         self._running = False
         self._again = False
         self._call: loopingcall.DynamicLoopingCall | None = None
+        # Set by stop(), until the next start().
+        self._stopped = False
         # time.monotonic() when the last pass ended (or the task started).
         self._ended: float | None = None
 
     def start(self) -> None:
+        self._stopped = False
         self._ended = time.monotonic()
         self._call = loopingcall.DynamicLoopingCall(self._tick)
         self._call.start()
@@ -102,6 +106,7 @@ class PeriodicTask:
 
     def stop(self, grace: float = PASS_GRACE) -> None:
         """Run no more passes; give the one under way ``grace`` seconds."""
+        self._stopped = True
         call, self._call = self._call, None
         if call is not None:
             call.stop()
@@ -132,7 +137,14 @@ class PeriodicTask:
             self.func()
         except Exception as exc:
             kind = outages.kind_of(exc)
-            if kind is not None:
+            if self._stopped:
+                # Stopped: the process is going away, and what the pass
+                # needed may be gone with it (after rpc.cleanup() a bus
+                # ping finds no connection pool). Neither an outage nor
+                # a bug.
+                LOG.debug('Periodic task %s ended after its task stopped: '
+                          '%s', self.name, outages.describe(exc))
+            elif kind is not None:
                 outages.tracker.failed(kind, exc,
                                        f'periodic task {self.name}')
                 self._met.add(kind)

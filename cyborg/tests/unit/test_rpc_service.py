@@ -95,6 +95,29 @@ def test_stop_gives_a_pass_under_way_its_grace_only():
     assert passes.started == 1
 
 
+def test_a_pass_that_fails_after_its_task_stopped_logs_no_traceback(
+        caplog):
+    # The process is going away: a pass that outlived stop()'s grace
+    # fails on what stop's caller tore down next (rpc.cleanup() leaves a
+    # bus ping no connection pool: AttributeError).
+    passes = Passes(fail=True)
+    task = rpc_service.PeriodicTask('late', passes, 3600)
+    passes.release.clear()
+    caplog.set_level(logging.DEBUG, logger=rpc_service.__name__)
+    task.start()
+    wait_for(lambda: passes.running == 1, 'a pass under way')
+    task.stop(grace=0)
+    passes.release.set()
+    wait_for(lambda: passes.running == 0, 'the pass to end')
+    wait_for(lambda: any('late' in r.getMessage() for r in caplog.records),
+             'the pass\'s log line')
+    [line] = [r for r in caplog.records if 'late' in r.getMessage()]
+    assert line.levelno == logging.DEBUG
+    assert line.exc_info is None
+    assert 'this pass fails' in line.getMessage()
+    assert task.last_error is None
+
+
 def test_stop_of_an_idle_task_returns_at_once():
     passes = Passes()
     task = rpc_service.PeriodicTask('idle', passes, 3600)
