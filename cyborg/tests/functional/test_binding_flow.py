@@ -121,10 +121,12 @@ def stack(conf, rabbit_url, db_engine, fake_nova, fake_glance,
     try:
         yield stack
     finally:
-        agent.stop()
         conductor.stop()
-        manager.stop()
+        # What binds left to do asks the agent (a clean waits up to
+        # cleaning.CLEAN_TIMEOUT, 600 s, for one that stopped): first.
         manager.binder.stop()
+        agent.stop()
+        manager.stop()
         rpc.cleanup()
         rpc.set_defaults()
 
